@@ -1,0 +1,271 @@
+"""The one place that talks HTTP: retries, Retry-After, cooldowns, size limits, validators.
+
+The retry ladder is hand-written rather than delegated to tenacity or stamina: a 429 must pause
+the whole origin (every waiter, not only the request that saw it) through the shared limiter,
+a Retry-After larger than the allowed maximum must fail at once instead of being shortened, and
+both libraries cap total retry time by default in ways that cut a long Retry-After short.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import random
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urljoin
+
+import httpx
+
+from stagecrawl import __version__
+from stagecrawl.engine.clock import Clock, RealClock
+from stagecrawl.engine.ratelimit import LocalLimiter, OriginLimiter, origin_of
+from stagecrawl.errors import (
+    BodyTooLarge,
+    ConfigError,
+    EmptyBody,
+    HttpError,
+    NotFound,
+    RateLimited,
+    TransientError,
+)
+
+MiB = 1024 * 1024
+NOT_FOUND_STATUSES = frozenset({404, 410, 451})
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+
+
+@dataclass
+class FetchSettings:
+    """Fetcher settings with their documented defaults (see docs/operations.md)."""
+
+    timeout: float = 15.0
+    retries: int = 3
+    backoff_base: float = 1.0
+    backoff_cap: float = 60.0
+    max_retry_after: float = 600.0
+    max_body_bytes: int = 64 * MiB
+    max_redirects: int = 5
+    max_connections: int = 64
+    contact: str | None = None
+    http2: bool = True
+    # origin ("https://host") -> bearer token; sent to that origin only, never after a redirect
+    # to another host. Filled from environment variables by the pipelines, never from files.
+    tokens: dict[str, str] = field(default_factory=dict)
+
+    def user_agent(self) -> str:
+        if self.contact:
+            return f"stagecrawl/{__version__} (+{self.contact})"
+        return f"stagecrawl/{__version__}"
+
+
+def require_contact(settings: FetchSettings, why: str) -> None:
+    """Refuse to start against an origin whose policy asks for a contact in the User-Agent."""
+    if not settings.contact or not settings.contact.strip():
+        raise ConfigError(
+            f"a contact is required: {why}. Pass --contact EMAIL-OR-URL or set STAGECRAWL_CONTACT."
+        )
+
+
+@dataclass(frozen=True)
+class Validators:
+    """What a previous response said about its version, for a conditional GET."""
+
+    etag: str | None = None
+    last_modified: str | None = None
+
+
+@dataclass
+class FetchResult:
+    url: str
+    status: int
+    headers: httpx.Headers
+    content: bytes
+    attempts: int = 1
+
+    @property
+    def not_modified(self) -> bool:
+        return self.status == 304
+
+    @property
+    def validators(self) -> Validators:
+        return Validators(self.headers.get("etag"), self.headers.get("last-modified"))
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8")
+
+    def json(self) -> Any:
+        return json.loads(self.content)
+
+
+def parse_retry_after(value: str | None, now_wall: float) -> float | None:
+    """Retry-After as seconds from now: delta-seconds or an HTTP-date (RFC 9110 §10.2.3)."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - now_wall)
+
+
+@dataclass
+class FetchStats:
+    requests: Counter[str] = field(default_factory=Counter)
+    statuses: dict[str, Counter[int]] = field(default_factory=lambda: defaultdict(Counter))
+    rate_limited: Counter[str] = field(default_factory=Counter)
+    retries: Counter[str] = field(default_factory=Counter)
+    bytes: Counter[str] = field(default_factory=Counter)
+
+
+class Fetcher:
+    """One shared `httpx.AsyncClient` per run, with politeness and typed errors around it."""
+
+    def __init__(
+        self,
+        settings: FetchSettings | None = None,
+        limiter: OriginLimiter | None = None,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.settings = settings or FetchSettings()
+        self.clock = clock or RealClock()
+        self.limiter: OriginLimiter = limiter or LocalLimiter(clock=self.clock)
+        self.rng = rng or random.Random()
+        self.stats = FetchStats()
+        self._tokens = {origin_of(k): v for k, v in self.settings.tokens.items()}
+        limits = httpx.Limits(
+            max_connections=self.settings.max_connections,
+            max_keepalive_connections=self.settings.max_connections,
+        )
+        self.client = httpx.AsyncClient(
+            http2=self.settings.http2,
+            timeout=httpx.Timeout(self.settings.timeout),
+            limits=limits,
+            follow_redirects=False,  # followed by hand so each hop is rate-limited and authed
+            headers={"User-Agent": self.settings.user_agent(), "Accept-Encoding": "gzip"},
+        )
+
+    async def __aenter__(self) -> Fetcher:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    def backoff(self, retry_number: int) -> float:
+        """Full jitter: uniform(0, min(cap, base * 2**n)), so concurrent retries decorrelate."""
+        s = self.settings
+        return self.rng.uniform(0.0, min(s.backoff_cap, s.backoff_base * 2**retry_number))
+
+    async def get(
+        self,
+        url: str,
+        *,
+        validators: Validators | None = None,
+        headers: dict[str, str] | None = None,
+        allow_empty: bool = False,
+    ) -> FetchResult:
+        """GET with retries. Returns a 2xx result or a 304 (`not_modified`); raises FetchError."""
+        settings = self.settings
+        attempts = 0
+        while True:
+            attempts += 1
+            status: int | None = None
+            retry_after: float | None = None
+            reason = ""
+            final_url = url
+            try:
+                final_url, response_status, response_headers, body = await self._follow(
+                    url, validators, headers
+                )
+                status = response_status
+            except httpx.TransportError as exc:  # connect errors, timeouts, truncated bodies
+                reason = type(exc).__name__
+            else:
+                if 200 <= status < 300:
+                    if not body and not allow_empty:
+                        raise EmptyBody(url=final_url)
+                    return FetchResult(final_url, status, response_headers, body, attempts)
+                if status == 304:
+                    return FetchResult(final_url, status, response_headers, b"", attempts)
+                if status in NOT_FOUND_STATUSES:
+                    raise NotFound(url=final_url, status=status, attempts=attempts)
+                if status != 429 and status < 500:
+                    raise HttpError(url=final_url, status=status)
+                if status in (429, 503):
+                    retry_after = parse_retry_after(
+                        response_headers.get("retry-after"), self.clock.wall()
+                    )
+                    if retry_after is not None and retry_after > settings.max_retry_after:
+                        # Do not sleep a shortened time and do not hammer: give up now.
+                        await self.limiter.pause(origin_of(final_url), retry_after)
+                        raise RateLimited(url=final_url, attempts=attempts, retry_after=retry_after)
+            origin = origin_of(final_url)
+            if status == 429:
+                self.stats.rate_limited[origin] += 1
+            if attempts > settings.retries:
+                if status == 429:
+                    raise RateLimited(url=final_url, attempts=attempts, retry_after=retry_after)
+                raise TransientError(
+                    url=final_url, attempts=attempts, last_status=status, reason=reason
+                )
+            self.stats.retries[origin] += 1
+            delay = retry_after if retry_after is not None else self.backoff(attempts - 1)
+            if status == 429 or retry_after is not None:
+                # The origin told us to slow down: every request to it waits, not only this one.
+                await self.limiter.pause(origin, delay)
+            else:
+                await self.clock.sleep(delay)
+
+    async def _follow(
+        self, url: str, validators: Validators | None, extra: dict[str, str] | None
+    ) -> tuple[str, int, httpx.Headers, bytes]:
+        current = url
+        for _hop in range(self.settings.max_redirects + 1):
+            status, headers, body = await self._send(current, validators, extra)
+            if status not in REDIRECT_STATUSES:
+                return current, status, headers, body
+            location = headers.get("location")
+            if not location:
+                raise HttpError(url=current, status=status, detail="redirect without Location")
+            current = urljoin(current, location)
+        raise HttpError(url=url, status=310, detail="too many redirects")
+
+    async def _send(
+        self, url: str, validators: Validators | None, extra: dict[str, str] | None
+    ) -> tuple[int, httpx.Headers, bytes]:
+        origin = origin_of(url)
+        await self.limiter.acquire(origin)
+        headers: dict[str, str] = dict(extra or {})
+        token = self._tokens.get(origin)
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        if validators is not None:
+            if validators.etag:
+                headers["If-None-Match"] = validators.etag
+            if validators.last_modified:
+                headers["If-Modified-Since"] = validators.last_modified
+        self.stats.requests[origin] += 1
+        limit = self.settings.max_body_bytes
+        async with self.client.stream("GET", url, headers=headers) as response:
+            self.stats.statuses[origin][response.status_code] += 1
+            declared = response.headers.get("content-length")
+            if declared is not None and declared.isdigit() and int(declared) > limit:
+                raise BodyTooLarge(url=url, limit=limit)
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in response.aiter_bytes():  # decoded: the limit holds after gzip too
+                size += len(chunk)
+                if size > limit:
+                    raise BodyTooLarge(url=url, limit=limit)
+                chunks.append(chunk)
+            self.stats.bytes[origin] += size
+            return response.status_code, response.headers, b"".join(chunks)

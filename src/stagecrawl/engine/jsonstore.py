@@ -1,0 +1,188 @@
+"""A keyed JSON store: one sorted, stably formatted JSON object per file, never half-written.
+
+Inserts append to a JSON-lines journal (fsynced in batches); the JSON file is rewritten only at
+checkpoints, atomically (temp file + fsync + rename + fsync of the folder). Checkpoints happen
+when the journal has grown past twice the size of the last compacted file, so the bytes written
+over a whole run stay a small constant multiple of the final file (O(n), not O(n^2)). A journal
+left by a crash is replayed on open; a torn last line (the crash hit mid-write) is ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from stagecrawl.errors import StorageError
+
+JOURNAL_SUFFIX = ".journal"
+MIN_COMPACT_BYTES = 1024 * 1024
+
+
+def dumps_store(data: dict[str, Any]) -> bytes:
+    """The canonical file form: sorted keys, two-space indent, trailing newline."""
+    return (json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode()
+
+
+def fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write `data` to `path` so a reader sees the old file or the new one, never a mix."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{time.time_ns()}.tmp")
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise StorageError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+class JsonStore:
+    """A dict persisted as one JSON file plus an append-only journal."""
+
+    def __init__(self, path: Path | str, fsync_every: int = 256) -> None:
+        self.path = Path(path)
+        self.journal_path = self.path.with_name(self.path.name + JOURNAL_SUFFIX)
+        self.fsync_every = fsync_every
+        self.bytes_written = 0
+        self._data: dict[str, Any] = {}
+        self._pending: list[bytes] = []
+        self._journal_bytes = 0
+        self._file_bytes = 0
+        self._journal: Any = None
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot create {self.path.parent}: {exc.strerror}") from exc
+        self._load()
+
+    # -- reading ------------------------------------------------------------------------------
+    def _load(self) -> None:
+        if self.path.exists():
+            raw = self.path.read_bytes()
+            self._file_bytes = len(raw)
+            if raw.strip():
+                try:
+                    loaded = json.loads(raw)
+                except json.JSONDecodeError as exc:
+                    raise StorageError(f"{self.path} is not a JSON store: {exc}") from exc
+                if not isinstance(loaded, dict):
+                    raise StorageError(f"{self.path} does not hold a JSON object")
+                self._data = loaded
+        if self.journal_path.exists():
+            replayed = 0
+            for line in self.journal_path.read_bytes().splitlines():
+                try:
+                    entry = json.loads(line)
+                except json.JSONDecodeError:
+                    break  # a torn last line: the crash hit while it was being written
+                if "d" in entry:
+                    self._data.pop(entry["d"], None)
+                else:
+                    self._data[entry["k"]] = entry["v"]
+                replayed += 1
+            if replayed:
+                self.checkpoint()
+            else:
+                self.journal_path.unlink()
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._data.get(key, default)
+
+    def keys(self) -> Iterator[str]:
+        return iter(list(self._data))
+
+    def items(self) -> Iterator[tuple[str, Any]]:
+        return iter(list(self._data.items()))
+
+    def snapshot(self) -> dict[str, Any]:
+        return dict(self._data)
+
+    # -- writing ------------------------------------------------------------------------------
+    def put(self, key: str, value: Any) -> None:
+        if self._data.get(key, _MISSING) == value:
+            return  # writing the same record twice changes nothing, not even the journal
+        self._data[key] = value
+        self._append({"k": key, "v": value})
+
+    def delete(self, key: str) -> None:
+        if key in self._data:
+            del self._data[key]
+            self._append({"d": key})
+
+    def _append(self, entry: dict[str, Any]) -> None:
+        line = (json.dumps(entry, sort_keys=True, ensure_ascii=False) + "\n").encode()
+        self._pending.append(line)
+        if len(self._pending) >= self.fsync_every:
+            self.flush()
+
+    def flush(self) -> None:
+        """Make every put so far durable (journal append + fsync); compact when it pays."""
+        if self._pending:
+            try:
+                if self._journal is None:
+                    self._journal = open(self.journal_path, "ab")  # noqa: SIM115
+                data = b"".join(self._pending)
+                self._journal.write(data)
+                self._journal.flush()
+                os.fsync(self._journal.fileno())
+            except OSError as exc:
+                raise StorageError(f"cannot write {self.journal_path}: {exc.strerror}") from exc
+            self._pending.clear()
+            self._journal_bytes += len(data)
+            self.bytes_written += len(data)
+        if self._journal_bytes > max(MIN_COMPACT_BYTES, 2 * self._file_bytes):
+            self.checkpoint()
+
+    def checkpoint(self) -> None:
+        """Compact: write the whole store atomically, then drop the journal it now contains."""
+        self._pending_to_data_only()
+        data = dumps_store(self._data)
+        atomic_write(self.path, data)
+        self.bytes_written += len(data)
+        self._file_bytes = len(data)
+        if self._journal is not None:
+            self._journal.close()
+            self._journal = None
+        self.journal_path.unlink(missing_ok=True)
+        self._journal_bytes = 0
+
+    def _pending_to_data_only(self) -> None:
+        # Pending lines are already reflected in self._data; once the file is rewritten they are
+        # redundant, so they need not reach the journal.
+        self._pending.clear()
+
+    def close(self) -> None:
+        if self._pending or self._journal_bytes or not self.path.exists():
+            self.checkpoint()
+        elif self._journal is not None:
+            self._journal.close()
+            self._journal = None
+
+    def __enter__(self) -> JsonStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_MISSING = object()

@@ -1,0 +1,101 @@
+"""Every exception stagecrawl raises on purpose lives here, so callers import one module."""
+
+from __future__ import annotations
+
+
+class StagecrawlError(Exception):
+    """Base class of all stagecrawl errors."""
+
+
+class ConfigError(StagecrawlError):
+    """A setting, flag or environment variable is missing or malformed."""
+
+
+class InputError(StagecrawlError):
+    """User input (a crate name, a seeds file, a lock file, a URL) is malformed."""
+
+
+class StorageError(StagecrawlError):
+    """The database or an output store cannot be opened or written."""
+
+
+class FetchError(StagecrawlError):
+    """Base of the typed fetch errors: the request was not turned into usable content."""
+
+    kind = "fetch"
+
+    def __init__(self, message: str, *, url: str, attempts: int = 1) -> None:
+        super().__init__(message)
+        self.url = url
+        self.attempts = attempts
+
+
+class NotFound(FetchError):
+    """404 or 410 (or 451): the resource does not exist. Never retried."""
+
+    kind = "not_found"
+
+    def __init__(self, *, url: str, status: int, attempts: int = 1) -> None:
+        super().__init__(f"{status} not found: {url}", url=url, attempts=attempts)
+        self.status = status
+
+
+class RateLimited(FetchError):
+    """The origin keeps refusing us (429), or asks us to wait longer than we are allowed to."""
+
+    kind = "rate_limited"
+
+    def __init__(self, *, url: str, attempts: int, retry_after: float | None) -> None:
+        asked = f", server asked to wait {retry_after:.0f}s" if retry_after is not None else ""
+        super().__init__(
+            f"rate limited after {attempts} attempt(s){asked}: {url}", url=url, attempts=attempts
+        )
+        self.retry_after = retry_after
+
+
+class TransientError(FetchError):
+    """Connection errors, timeouts, 5xx, truncated bodies: retried, and this is what is left."""
+
+    kind = "transient"
+
+    def __init__(
+        self, *, url: str, attempts: int, last_status: int | None, reason: str = ""
+    ) -> None:
+        status = f"status {last_status}" if last_status is not None else reason or "no response"
+        super().__init__(
+            f"transient failure after {attempts} attempt(s) ({status}): {url}",
+            url=url,
+            attempts=attempts,
+        )
+        self.last_status = last_status
+        self.reason = reason
+
+
+class EmptyBody(FetchError):
+    """A 200 with no content where content is expected: absence must never be stored as data."""
+
+    kind = "empty_body"
+
+    def __init__(self, *, url: str) -> None:
+        super().__init__(f"empty body: {url}", url=url)
+
+
+class BodyTooLarge(FetchError):
+    """The (decompressed) body exceeds the configured limit."""
+
+    kind = "too_large"
+
+    def __init__(self, *, url: str, limit: int) -> None:
+        super().__init__(f"body larger than {limit} bytes: {url}", url=url)
+        self.limit = limit
+
+
+class HttpError(FetchError):
+    """Any other 4xx, or a redirect we will not follow: not retried."""
+
+    kind = "http_error"
+
+    def __init__(self, *, url: str, status: int, detail: str = "") -> None:
+        extra = f" ({detail})" if detail else ""
+        super().__init__(f"HTTP {status}{extra}: {url}", url=url)
+        self.status = status

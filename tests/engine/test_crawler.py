@@ -1,0 +1,190 @@
+"""The crawler end to end against the loopback origin: dedup, completion, backpressure,
+failures, kill -9 and resume, SIGINT."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from stagecrawl.engine.crawler import Crawler, CrawlSettings, JsonStoreSink, Output
+from stagecrawl.engine.fetcher import Fetcher, FetchResult, FetchSettings
+from stagecrawl.engine.frontier import Frontier
+from stagecrawl.engine.jsonstore import JsonStore
+from stagecrawl.engine.request import Item, Request, canonical_url
+from stagecrawl.testing.origin import TestOrigin
+from stagecrawl.testing.stages import LinkStage, write_link_pages
+
+
+def test_canonical_url_is_the_dedup_key() -> None:
+    assert canonical_url("HTTP://Example.ORG:80/a?b=2&a=1#frag") == "http://example.org/a?a=1&b=2"
+    assert Request("http://x/a?b=1&a=2").key == Request("http://X:80/a?a=2&b=1").key
+    assert canonical_url("http://x/A") != canonical_url("http://x/a")
+
+
+async def crawl(
+    origin: TestOrigin, out: Path, stage: LinkStage, concurrency: int = 8
+) -> tuple[JsonStore, object]:
+    store = JsonStore(out / "pages.json")
+    frontier = Frontier(out / "frontier.sqlite")
+    async with Fetcher(FetchSettings(backoff_base=0.01, retries=1)) as fetcher:
+        crawler = Crawler(
+            stage,
+            fetcher,
+            JsonStoreSink({"pages": store}),
+            frontier,
+            CrawlSettings(concurrency=concurrency, handle_signals=False),
+        )
+        summary = await crawler.run()
+    store.close()
+    frontier.close()
+    return store, summary
+
+
+async def test_every_page_once_despite_cycles(origin: TestOrigin, tmp_path: Path) -> None:
+    write_link_pages(tmp_path / "site", 120, fanout=4)
+    origin.root = tmp_path / "site"
+    store, summary = await crawl(origin, tmp_path / "out", LinkStage(origin.url))
+    assert len(store) == 120
+    paths = [r.path for r in origin.log]
+    assert len(paths) == len(set(paths)) == 120  # each page fetched exactly once
+    # 120 pages × 4 links offered, 119 of them new (page 0 was the start request)
+    assert summary.duplicates == 120 * 4 - 119  # type: ignore[attr-defined]
+
+
+async def test_a_chain_is_not_mistaken_for_a_finished_crawl(
+    origin: TestOrigin, tmp_path: Path
+) -> None:
+    # Each page links only to the next, so the queue is empty every time a worker is busy:
+    # a crawler that stopped on an empty queue would end after the first page.
+    write_link_pages(tmp_path / "site", 40, fanout=1)
+    origin.root = tmp_path / "site"
+    origin.rule("/pages/*", stall=0.01)
+    store, _ = await crawl(origin, tmp_path / "out", LinkStage(origin.url), concurrency=4)
+    assert len(store) == 40
+
+
+async def test_failures_are_counted_and_the_rest_goes_on(
+    origin: TestOrigin, tmp_path: Path
+) -> None:
+    write_link_pages(tmp_path / "site", 30, fanout=2)
+    origin.root = tmp_path / "site"
+    origin.rule("/pages/7.json", status=404)
+    origin.rule("/pages/9.json", invalid_json=True)
+    stage = LinkStage(origin.url)
+    store, summary = await crawl(origin, tmp_path / "out", stage)
+    assert len(store) == 28
+    assert summary.errors == {"not_found": 1, "parse": 1}  # type: ignore[attr-defined]
+    assert stage.failures == [f"{origin.url}/pages/7.json not_found"]
+
+
+class SlowSink:
+    """A sink that takes 20 ms per write and records how far the fetching ran ahead of it."""
+
+    def __init__(self, origin: TestOrigin) -> None:
+        self.origin = origin
+        self.written = 0
+        self.max_ahead = 0
+
+    def write(self, items: Sequence[Item]) -> None:
+        time.sleep(0.02)
+        self.written += len(items)
+        self.max_ahead = max(self.max_ahead, len(self.origin.log) - self.written)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class FlatStage:
+    name = "flat"
+
+    def __init__(self, urls: list[str]) -> None:
+        self.urls = urls
+
+    def start_requests(self) -> Iterable[Request]:
+        return [Request(u) for u in self.urls]
+
+    def parse(self, request: Request, response: FetchResult) -> Iterable[Output]:
+        yield Item(request.url, len(response.content))
+
+    def failed(self, request: Request, error: Exception) -> Iterable[Output]:
+        return []
+
+
+async def test_a_slow_sink_holds_the_crawl_back(origin: TestOrigin) -> None:
+    origin.add("p", "payload")
+    urls = [f"{origin.url}/p?n={n}" for n in range(300)]
+    sink = SlowSink(origin)
+    settings = CrawlSettings(concurrency=8, commit_batch=4, handle_signals=False)
+    async with Fetcher(FetchSettings()) as fetcher:
+        crawler = Crawler(FlatStage(urls), fetcher, sink, Frontier(None), settings)
+        await crawler.run()
+    assert sink.written == 300
+    # queued (8) + in workers (8) + results (16) + one batch: bounded, not 300
+    assert sink.max_ahead <= 8 * 4 + 4
+
+
+def _dump(path: Path) -> dict[str, object]:
+    return json.loads(path.read_bytes())
+
+
+def _spawn(base: str, out: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "stagecrawl.testing.stages", base, str(out), "4"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def test_kill_9_then_resume_gives_the_uninterrupted_result(
+    origin: TestOrigin, tmp_path: Path
+) -> None:
+    write_link_pages(tmp_path / "site", 150, fanout=3)
+    origin.root = tmp_path / "site"
+    origin.rule("/pages/*", stall=0.02)
+    reference = tmp_path / "reference"
+    assert _spawn(origin.url, reference).wait(120) == 0
+    expected = (reference / "pages.json").read_bytes()
+
+    for attempt, kill_after in enumerate([0.4, 0.9]):
+        out = tmp_path / f"run{attempt}"
+        process = _spawn(origin.url, out)
+        time.sleep(kill_after)
+        process.send_signal(signal.SIGKILL)
+        process.wait(30)
+        partial = out / "pages.json"
+        if partial.exists():  # whatever is on disk is a whole store, never half a file
+            _dump(partial)
+        resumed = _spawn(origin.url, out)
+        assert resumed.wait(120) == 0, resumed.stderr.read() if resumed.stderr else ""
+        assert (out / "pages.json").read_bytes() == expected
+        assert len(_dump(out / "pages.json")) == 150
+
+
+def test_sigint_finishes_in_flight_work_exits_130_and_resumes(
+    origin: TestOrigin, tmp_path: Path
+) -> None:
+    write_link_pages(tmp_path / "site", 150, fanout=3)
+    origin.root = tmp_path / "site"
+    origin.rule("/pages/*", stall=0.03)
+    out = tmp_path / "out"
+    process = _spawn(origin.url, out)
+    time.sleep(1.0)
+    process.send_signal(signal.SIGINT)
+    code = process.wait(60)
+    stderr = process.stderr.read().decode() if process.stderr else ""
+    assert code == 130, stderr
+    assert "crawl summary" in stderr and "returned to the frontier" in stderr
+    stored = len(_dump(out / "pages.json"))
+    assert 0 < stored < 150
+    assert _spawn(origin.url, out).wait(120) == 0
+    assert len(_dump(out / "pages.json")) == 150
+    assert not os.path.exists(out / "pages.json.journal")

@@ -1,0 +1,248 @@
+"""The fetcher against the loopback origin: retries, Retry-After, cooldowns, typed errors."""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import gzip
+import random
+import time
+
+import pytest
+from aiohttp import web
+
+from stagecrawl import __version__
+from stagecrawl.engine.clock import ScaledClock
+from stagecrawl.engine.fetcher import Fetcher, FetchSettings, Validators, require_contact
+from stagecrawl.errors import (
+    BodyTooLarge,
+    ConfigError,
+    EmptyBody,
+    HttpError,
+    NotFound,
+    RateLimited,
+    TransientError,
+)
+from stagecrawl.testing.origin import TestOrigin
+
+
+def make(settings: FetchSettings | None = None, speedup: float = 1000.0) -> Fetcher:
+    return Fetcher(settings or FetchSettings(), clock=ScaledClock(speedup), rng=random.Random(7))
+
+
+async def test_user_agent_carries_version_and_contact(origin: TestOrigin) -> None:
+    origin.add("x.json", {"a": 1})
+    async with make(FetchSettings(contact="ops@example.org")) as fetcher:
+        result = await fetcher.get(origin.url + "/x.json")
+    assert result.json() == {"a": 1}
+    agent = origin.requests_to("/x.json")[0].headers["User-Agent"]
+    assert agent == f"stagecrawl/{__version__} (+ops@example.org)"
+
+
+def test_contact_required_refuses_with_reason() -> None:
+    with pytest.raises(ConfigError, match="contact is required: crates.io asks"):
+        require_contact(FetchSettings(contact=None), "crates.io asks crawlers for one")
+    require_contact(FetchSettings(contact="me@example.org"), "x")
+
+
+async def test_retry_after_seconds_is_waited_in_full(origin: TestOrigin) -> None:
+    origin.add("x.json", {"ok": True})
+    origin.rule("/x.json", too_many=1, retry_after="45")
+    fetcher = make(FetchSettings(max_retry_after=600))
+    clock = fetcher.clock
+    before = clock.monotonic()
+    result = await fetcher.get(origin.url + "/x.json")
+    waited = clock.monotonic() - before
+    await fetcher.aclose()
+    assert result.status == 200 and result.attempts == 2
+    assert waited >= 45
+    first, second = origin.requests_to("/x.json")
+    assert (first.status, second.status) == (429, 200)
+    assert second.time - first.time >= 45 / 1000  # the origin saw the wait too (scaled)
+
+
+async def test_retry_after_http_date(origin: TestOrigin) -> None:
+    origin.add("x.json", {"ok": True})
+    fetcher = make()
+    when = email.utils.formatdate(fetcher.clock.wall() + 30, usegmt=True)
+    origin.rule("/x.json", too_many=1, retry_after=when)
+    before = fetcher.clock.monotonic()
+    await fetcher.get(origin.url + "/x.json")
+    await fetcher.aclose()
+    assert fetcher.clock.monotonic() - before >= 28  # HTTP-date has 1 s resolution
+
+
+async def test_retry_after_above_maximum_raises_at_once(origin: TestOrigin) -> None:
+    origin.add("x.json", {"ok": True})
+    origin.rule("/x.json", too_many=5, retry_after="3600")
+    fetcher = make(FetchSettings(max_retry_after=600), speedup=1.0)  # real time
+    started = time.monotonic()
+    with pytest.raises(RateLimited) as caught:
+        await fetcher.get(origin.url + "/x.json")
+    await fetcher.aclose()
+    assert time.monotonic() - started < 2
+    assert caught.value.retry_after == 3600 and caught.value.attempts == 1
+    assert len(origin.requests_to("/x.json")) == 1  # no hammering
+
+
+async def test_a_429_pauses_every_request_to_the_origin(origin: TestOrigin) -> None:
+    origin.add("a.json", {"a": 1})
+    origin.add("b.json", {"b": 1})
+    origin.rule("/a.json", too_many=1, retry_after="30")
+    fetcher = make(speedup=100.0)  # 30 s of cooldown = 0.3 s real
+    task_a = asyncio.create_task(fetcher.get(origin.url + "/a.json"))
+    while not any(r.status == 429 for r in origin.requests_to("/a.json")):
+        await asyncio.sleep(0.005)
+    rejected_at = origin.requests_to("/a.json")[0].time
+    await fetcher.get(origin.url + "/b.json")
+    await task_a
+    await fetcher.aclose()
+    b_arrival = origin.requests_to("/b.json")[0].time
+    assert b_arrival - rejected_at >= 0.3 * 0.95  # /b never hit the origin during the cooldown
+
+
+async def test_429_without_retry_after_backs_off_with_full_jitter(origin: TestOrigin) -> None:
+    origin.add("x.json", {"ok": True})
+    origin.rule("/x.json", too_many=2)
+    fetcher = make(FetchSettings(backoff_base=1.0, backoff_cap=60.0))
+    result = await fetcher.get(origin.url + "/x.json")
+    await fetcher.aclose()
+    assert result.attempts == 3
+    assert fetcher.stats.rate_limited[origin.url] == 2
+
+
+def test_full_jitter_spreads_over_the_whole_interval() -> None:
+    fetcher = make(FetchSettings(backoff_base=1.0, backoff_cap=60.0))
+    for n, bound in [(0, 1.0), (3, 8.0), (10, 60.0)]:
+        samples = [fetcher.backoff(n) for _ in range(2000)]
+        assert all(0 <= s <= bound for s in samples)
+        # Decorrelated: the samples cover the interval, not two values.
+        assert len({round(s, 3) for s in samples}) > 500
+        assert min(samples) < bound * 0.1 and max(samples) > bound * 0.9
+    asyncio.run(fetcher.aclose())
+
+
+async def test_exhausted_429_raises_rate_limited(origin: TestOrigin) -> None:
+    origin.add("x.json", {"ok": True})
+    origin.rule("/x.json", too_many=100)
+    fetcher = make(FetchSettings(retries=3, backoff_base=0.01))
+    with pytest.raises(RateLimited) as caught:
+        await fetcher.get(origin.url + "/x.json")
+    await fetcher.aclose()
+    assert caught.value.attempts == 4
+    assert len(origin.requests_to("/x.json")) == 4
+
+
+async def test_5xx_is_retried_then_succeeds(origin: TestOrigin) -> None:
+    origin.add("x.json", {"ok": True})
+    origin.rule("/x.json", fail_times=2, fail_status=502)
+    async with make(FetchSettings(backoff_base=0.01)) as fetcher:
+        result = await fetcher.get(origin.url + "/x.json")
+    assert result.attempts == 3 and result.json() == {"ok": True}
+
+
+async def test_exhausted_5xx_raises_transient_with_last_status(origin: TestOrigin) -> None:
+    origin.add("x.json", {"ok": True})
+    origin.rule("/x.json", fail_times=100, fail_status=500)
+    async with make(FetchSettings(retries=3, backoff_base=0.01)) as fetcher:
+        with pytest.raises(TransientError) as caught:
+            await fetcher.get(origin.url + "/x.json")
+    assert caught.value.attempts == 4 and caught.value.last_status == 500
+
+
+async def test_stall_past_the_timeout_is_transient(origin: TestOrigin) -> None:
+    origin.add("x.json", {"ok": True})
+    origin.rule("/x.json", stall=2.0)
+    async with make(FetchSettings(timeout=0.2, retries=1, backoff_base=0.01)) as fetcher:
+        with pytest.raises(TransientError) as caught:
+            await fetcher.get(origin.url + "/x.json")
+    assert caught.value.attempts == 2 and "Timeout" in caught.value.reason
+
+
+@pytest.mark.parametrize("status", [404, 410])
+async def test_not_found_is_not_retried(origin: TestOrigin, status: int) -> None:
+    origin.rule("/gone", status=status)
+    async with make() as fetcher:
+        with pytest.raises(NotFound):
+            await fetcher.get(origin.url + "/gone")
+    assert len(origin.requests_to("/gone")) == 1
+
+
+async def test_other_4xx_is_an_http_error(origin: TestOrigin) -> None:
+    origin.rule("/forbidden", status=403)
+    async with make() as fetcher:
+        with pytest.raises(HttpError) as caught:
+            await fetcher.get(origin.url + "/forbidden")
+    assert caught.value.status == 403
+    assert len(origin.requests_to("/forbidden")) == 1
+
+
+async def test_empty_body_is_an_error_not_data(origin: TestOrigin) -> None:
+    origin.add("x.json", {"ok": True})
+    origin.rule("/x.json", empty=True)
+    async with make() as fetcher:
+        with pytest.raises(EmptyBody):
+            await fetcher.get(origin.url + "/x.json")
+    assert len(origin.requests_to("/x.json")) == 1
+
+
+async def test_truncated_body_is_transient(origin: TestOrigin) -> None:
+    origin.rule("/x.json", truncate=True, body=b'{"k": "' + b"v" * 5000 + b'"}')
+    async with make(FetchSettings(retries=2, backoff_base=0.01)) as fetcher:
+        with pytest.raises(TransientError):
+            await fetcher.get(origin.url + "/x.json")
+    assert len(origin.requests_to("/x.json")) == 3
+
+
+async def test_oversize_streamed_body_is_cut_off(origin: TestOrigin) -> None:
+    origin.rule("/big", oversize=8 * 1024 * 1024, body=b"x")
+    async with make(FetchSettings(max_body_bytes=1024 * 1024)) as fetcher:
+        with pytest.raises(BodyTooLarge):
+            await fetcher.get(origin.url + "/big")
+
+
+async def test_body_limit_holds_after_decompression(origin: TestOrigin) -> None:
+    bomb = gzip.compress(b"\0" * (4 * 1024 * 1024))  # ~4 KiB on the wire
+
+    async def gzipped(request: web.Request) -> web.StreamResponse:
+        return web.Response(body=bomb, headers={"Content-Encoding": "gzip"})
+
+    origin.handle("/bomb", gzipped)
+    async with make(FetchSettings(max_body_bytes=1024 * 1024)) as fetcher:
+        with pytest.raises(BodyTooLarge):
+            await fetcher.get(origin.url + "/bomb")
+
+
+async def test_conditional_get_returns_not_modified(origin: TestOrigin) -> None:
+    origin.add("x.json", {"v": 1})
+    async with make() as fetcher:
+        first = await fetcher.get(origin.url + "/x.json")
+        again = await fetcher.get(origin.url + "/x.json", validators=first.validators)
+        by_date = await fetcher.get(
+            origin.url + "/x.json", validators=Validators(None, first.validators.last_modified)
+        )
+        origin.add("x.json", {"v": 2})
+        changed = await fetcher.get(origin.url + "/x.json", validators=first.validators)
+    assert first.validators.etag
+    assert again.not_modified and again.content == b""
+    assert by_date.not_modified
+    assert not changed.not_modified and changed.json() == {"v": 2}
+    sent = origin.requests_to("/x.json")[1].headers
+    assert sent["If-None-Match"] == first.validators.etag
+
+
+async def test_token_goes_only_to_its_origin_never_after_redirect(
+    origin: TestOrigin, other_origin: TestOrigin
+) -> None:
+    other_origin.add("data.json", {"moved": True})
+    origin.add("own.json", {"own": True})
+    origin.rule("/data.json", redirect_to=other_origin.url)
+    settings = FetchSettings(tokens={origin.url: "s3cret-token"})
+    async with make(settings) as fetcher:
+        own = await fetcher.get(origin.url + "/own.json")
+        moved = await fetcher.get(origin.url + "/data.json")
+    assert own.json() == {"own": True}
+    assert moved.json() == {"moved": True} and moved.url.startswith(other_origin.url)
+    assert origin.requests_to("/own.json")[0].headers["Authorization"] == "Bearer s3cret-token"
+    assert origin.requests_to("/data.json")[0].headers["Authorization"] == "Bearer s3cret-token"
+    assert "Authorization" not in other_origin.requests_to("/data.json")[0].headers
