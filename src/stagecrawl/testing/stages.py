@@ -71,7 +71,10 @@ def run_link_crawl(
         sink = JsonStoreSink({"pages": JsonStore(out / "pages.json")})
         async with Fetcher(FetchSettings(backoff_base=0.05), limiter=limiter) as fetcher:
             crawler = Crawler(
-                LinkStage(base_url), fetcher, sink, frontier,
+                LinkStage(base_url),
+                fetcher,
+                sink,
+                frontier,
                 CrawlSettings(concurrency=concurrency, grace_period=5.0),
             )
             summary = await crawler.run()

@@ -1,0 +1,88 @@
+"""The `stagecrawl` command line (typer + rich)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from stagecrawl import __version__
+from stagecrawl.errors import ConfigError, InputError, StagecrawlError, StorageError
+
+T = TypeVar("T")
+console = Console(stderr=True)
+app = typer.Typer(help="Polite, durable, staged collection of package data.", no_args_is_help=True)
+crates_app = typer.Typer(help="The crates.io pipeline: seed, collect, crawl.", no_args_is_help=True)
+app.add_typer(crates_app, name="crates")
+
+EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+DbOption = Annotated[
+    str,
+    typer.Option(
+        "--db",
+        envvar="STAGECRAWL_DB",
+        help="Database URL (sqlite, mysql+pymysql, postgresql+psycopg).",
+    ),
+]
+
+
+def fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
+    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def guarded(body: Callable[[], T]) -> T:
+    """Run a command body; stagecrawl errors become one line and exit code 2."""
+    try:
+        return body()
+    except (ConfigError, InputError, StorageError) as exc:
+        raise fail(str(exc)) from None
+    except StagecrawlError as exc:
+        raise fail(str(exc), EXIT_PARTIAL) from None
+
+
+def run(coro_factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    return guarded(lambda: asyncio.run(coro_factory()))
+
+
+@app.callback()
+def main_options(
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Warnings and errors only.")] = False,
+    version: Annotated[bool, typer.Option("--version", help="Print the version.")] = False,
+) -> None:
+    if version:
+        print(f"stagecrawl {__version__}")
+        raise typer.Exit(0)
+    level = logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO
+    logging.basicConfig(
+        level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("httpcore").setLevel(logging.WARNING)
+    state["quiet"] = quiet
+
+
+state: dict[str, Any] = {"quiet": False}
+
+
+@app.command()
+def status(db: DbOption = "sqlite:///stagecrawl.db") -> None:
+    """LIST counts per PROCESSED state and per SOURCE, and the VERSION/PRODUCT totals."""
+    from stagecrawl.crates.commands import print_status
+
+    guarded(lambda: print_status(db))
+
+
+def main() -> None:
+    app()
+
+
+# Importing registers the crates commands on crates_app.
+from stagecrawl.crates import commands as _crates_commands  # noqa: E402,F401

@@ -1,0 +1,1 @@
+"""The crates.io pipeline: LIST (which crate versions), worker (collect), tables."""

@@ -1,0 +1,81 @@
+"""Reading the crates.io JSON API (`/api/v1/crates/{name}`): enrichment only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ApiVersion:
+    license: str | None
+    created_at: datetime | None
+    downloads: int | None
+
+
+@dataclass(frozen=True)
+class ApiCrate:
+    name: str
+    description: str | None
+    repository: str | None
+    homepage: str | None
+    documentation: str | None
+    downloads: int | None
+    keywords: list[str]
+    categories: list[str]
+    versions: dict[str, ApiVersion] = field(default_factory=dict)
+
+
+def _str_or_none(value: Any) -> str | None:
+    # Some captured responses carry `{}` where the API sends null.
+    return value if isinstance(value, str) and value.strip() else None
+
+
+def parse_time(value: Any) -> datetime | None:
+    """RFC 3339 timestamps as naive UTC datetimes (the tables store UTC)."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if parsed.tzinfo is not None:
+        parsed = parsed.astimezone(UTC).replace(tzinfo=None)
+    return parsed.replace(microsecond=0)
+
+
+def parse_api_crate(document: Any) -> ApiCrate:
+    if not isinstance(document, dict) or not isinstance(document.get("crate"), dict):
+        raise ValueError("API answer has no 'crate' object")
+    crate = document["crate"]
+    keywords = [
+        k["keyword"] if isinstance(k, dict) else str(k)
+        for k in document.get("keywords") or crate.get("keywords") or []
+    ]
+    categories = [
+        c.get("slug") or c.get("id") if isinstance(c, dict) else str(c)
+        for c in document.get("categories") or crate.get("categories") or []
+    ]
+    versions: dict[str, ApiVersion] = {}
+    for version in document.get("versions") or []:
+        if not isinstance(version, dict) or not isinstance(version.get("num"), str):
+            continue
+        downloads = version.get("downloads")
+        versions[version["num"]] = ApiVersion(
+            license=_str_or_none(version.get("license")),
+            created_at=parse_time(version.get("created_at")),
+            downloads=downloads if isinstance(downloads, int) else None,
+        )
+    total = crate.get("downloads")
+    return ApiCrate(
+        name=str(crate.get("name") or crate.get("id")),
+        description=_str_or_none(crate.get("description")),
+        repository=_str_or_none(crate.get("repository")),
+        homepage=_str_or_none(crate.get("homepage")),
+        documentation=_str_or_none(crate.get("documentation")),
+        downloads=total if isinstance(total, int) else None,
+        keywords=sorted(set(k for k in keywords if k)),
+        categories=sorted(set(c for c in categories if c)),
+        versions=versions,
+    )

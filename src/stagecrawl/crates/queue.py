@@ -1,0 +1,258 @@
+"""The LIST table as a durable work queue: register events, claim them with a lease, finish.
+
+PROCESSED ladder (docs/schema.md): 0 pending · 1 collected · 2 skipped, already in VERSION ·
+4 not found in the index · 30–34 transient failure number 1–5 · 39 given up. RESYNC=1 makes a
+finished event claimable again and clears itself when the event is done.
+
+Claims run in a short transaction: `SELECT … FOR UPDATE SKIP LOCKED` on MySQL/MariaDB and
+PostgreSQL, under SQLite's `BEGIN IMMEDIATE` write lock; claimed rows get CLAIMED_BY and
+CLAIMED_UNTIL (the lease). A finishing write only touches rows whose lease it still holds.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import and_, bindparam, literal, or_, select, update
+
+from stagecrawl.crates.names import event_id, identity_key
+from stagecrawl.storage.db import Database, dumps
+
+PENDING, COLLECTED, SKIPPED, NOT_FOUND = 0, 1, 2, 4
+TRANSIENT_FIRST, TRANSIENT_LAST, GAVE_UP = 30, 34, 39
+CLAIMABLE = (PENDING, *range(TRANSIENT_FIRST, TRANSIENT_LAST + 1))
+STATE_NAMES = {
+    PENDING: "pending",
+    COLLECTED: "collected",
+    SKIPPED: "skipped (already in VERSION)",
+    NOT_FOUND: "not found in the index",
+    GAVE_UP: "given up",
+    **{n: f"transient failure {n - 29}" for n in range(TRANSIENT_FIRST, TRANSIENT_LAST + 1)},
+}
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None, microsecond=0)
+
+
+def next_failure_state(processed: int) -> int:
+    """One rung up the transient ladder: 0 → 30, 30 → 31 … 34 → 39 (given up)."""
+    if TRANSIENT_FIRST <= processed < TRANSIENT_LAST:
+        return processed + 1
+    if processed in (TRANSIENT_LAST, GAVE_UP):
+        return GAVE_UP
+    return TRANSIENT_FIRST
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    name: str  # real spelling
+    version: str
+    source: str  # "seed" or "lock"
+    yanked: bool = False
+    resolve_kind: str | None = None
+    ref_tags: Sequence[str] = ()
+
+
+@dataclass
+class RegisterCounts:
+    new: int = 0
+    merged: int = 0
+    unchanged: int = 0
+    requeued: int = 0
+
+    def add(self, other: RegisterCounts) -> None:
+        self.new += other.new
+        self.merged += other.merged
+        self.unchanged += other.unchanged
+        self.requeued += other.requeued
+
+
+def _merge_sources(existing: str, new: str) -> str:
+    return ",".join(sorted(set(filter(None, existing.split(","))) | {new}))
+
+
+def register(db: Database, events: Iterable[NewEvent], resync: bool = False) -> RegisterCounts:
+    """Idempotent upsert of events: merges SOURCE and REF_TAGS, refreshes YANKED, and never
+    resets a finished event unless `resync`."""
+    by_id: dict[bytes, NewEvent] = {}
+    for ev in events:
+        key = event_id(ev.name, ev.version)
+        if key in by_id:  # same event twice in one call: merge its tags
+            prev = by_id[key]
+            tags = sorted(set(prev.ref_tags) | set(ev.ref_tags))
+            ev = NewEvent(
+                prev.name, prev.version, prev.source, ev.yanked, prev.resolve_kind, tuple(tags)
+            )
+        by_id[key] = ev
+    counts = RegisterCounts()
+    table = db.list
+    ids = list(by_id)
+    now = utcnow()
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        with db.engine.begin() as conn:
+            existing = {
+                row.ID: row
+                for row in conn.execute(
+                    select(
+                        table.c.ID,
+                        table.c.SOURCE,
+                        table.c.REF_TAGS,
+                        table.c.YANKED,
+                        table.c.PROCESSED,
+                        table.c.RESOLVE_KIND,
+                    ).where(table.c.ID.in_(chunk))
+                )
+            }
+            inserts: list[dict[str, Any]] = []
+            updates: list[dict[str, Any]] = []
+            for key in chunk:
+                ev = by_id[key]
+                row = existing.get(key)
+                if row is None:
+                    inserts.append(
+                        {
+                            "ID": key,
+                            "CRATE_NAME": identity_key(ev.name),
+                            "NAME": ev.name,
+                            "VERSION": ev.version,
+                            "SOURCE": ev.source,
+                            "RESOLVE_KIND": ev.resolve_kind,
+                            "REF_TAGS": dumps(sorted(set(ev.ref_tags))),
+                            "YANKED": ev.yanked,
+                            "PROCESSED": PENDING,
+                            "RESYNC": False,
+                            "TIMESTAMP": now,
+                            "LAST_UPDATED": now,
+                        }
+                    )
+                    continue
+                source = _merge_sources(row.SOURCE, ev.source)
+                merged_tags = sorted(set(json.loads(row.REF_TAGS or "[]")) | set(ev.ref_tags))
+                tags_json = dumps(merged_tags)
+                kind = row.RESOLVE_KIND or ev.resolve_kind
+                requeue = resync and row.PROCESSED not in CLAIMABLE
+                changed = (
+                    source != row.SOURCE
+                    or tags_json != row.REF_TAGS
+                    or bool(row.YANKED) != ev.yanked
+                    or kind != row.RESOLVE_KIND
+                )
+                if not changed and not requeue:
+                    counts.unchanged += 1
+                    continue
+                counts.merged += int(changed)
+                counts.requeued += int(requeue)
+                updates.append(
+                    {
+                        "b_id": key,
+                        "SOURCE": source,
+                        "REF_TAGS": tags_json,
+                        "YANKED": ev.yanked,
+                        "RESOLVE_KIND": kind,
+                        "RESYNC": bool(requeue),
+                        "LAST_UPDATED": now,
+                    }
+                )
+            if inserts:
+                conn.execute(table.insert(), inserts)
+                counts.new += len(inserts)
+            if updates:
+                conn.execute(
+                    update(table)
+                    .where(bindparam("b_id") == table.c.ID)
+                    .values(
+                        SOURCE=bindparam("SOURCE"),
+                        REF_TAGS=bindparam("REF_TAGS"),
+                        YANKED=bindparam("YANKED"),
+                        RESOLVE_KIND=bindparam("RESOLVE_KIND"),
+                        RESYNC=or_(table.c.RESYNC, bindparam("RESYNC")),
+                        LAST_UPDATED=bindparam("LAST_UPDATED"),
+                    ),
+                    updates,
+                )
+    return counts
+
+
+@dataclass(frozen=True)
+class Claimed:
+    id: bytes
+    crate_name: str
+    name: str
+    version: str
+    processed: int
+    resync: bool
+
+
+@dataclass
+class Outcome:
+    """What a worker decided for one claimed event."""
+
+    event: Claimed
+    processed: int
+    yanked: bool | None = None
+    error: str | None = None
+
+
+def claim(
+    db: Database,
+    worker: str,
+    limit: int,
+    lease_seconds: float,
+    exclude_crates: set[str] | None = None,
+) -> list[Claimed]:
+    """Claim up to `limit` claimable events, whole crates where the limit allows."""
+    table = db.list
+    now = utcnow()
+    claimable = and_(
+        or_(table.c.PROCESSED.in_(CLAIMABLE), table.c.RESYNC.is_(True)),
+        or_(table.c.CLAIMED_UNTIL.is_(None), now > table.c.CLAIMED_UNTIL),
+    )
+    if exclude_crates:
+        claimable = and_(claimable, table.c.CRATE_NAME.not_in(sorted(exclude_crates)))
+    query = (
+        select(
+            table.c.ID,
+            table.c.CRATE_NAME,
+            table.c.NAME,
+            table.c.VERSION,
+            table.c.PROCESSED,
+            table.c.RESYNC,
+        )
+        .where(claimable)
+        .order_by(table.c.CRATE_NAME, table.c.ID)
+        .limit(limit)
+    )
+    if not db.is_sqlite:
+        query = query.with_for_update(skip_locked=True)
+    until = now + timedelta(seconds=lease_seconds)
+    with db.engine.begin() as conn:
+        rows = conn.execute(query).all()
+        if rows:
+            conn.execute(
+                update(table)
+                .where(table.c.ID.in_([r.ID for r in rows]))
+                .values(CLAIMED_BY=worker, CLAIMED_UNTIL=until)
+            )
+    return [
+        Claimed(r.ID, r.CRATE_NAME, r.NAME, r.VERSION, int(r.PROCESSED), bool(r.RESYNC))
+        for r in rows
+    ]
+
+
+def release(db: Database, worker: str, ids: Sequence[bytes]) -> None:
+    """Give claimed events back untouched (shutdown before they were processed)."""
+    if not ids:
+        return
+    table = db.list
+    with db.engine.begin() as conn:
+        conn.execute(
+            update(table)
+            .where(table.c.ID.in_(list(ids)), table.c.CLAIMED_BY == literal(worker))
+            .values(CLAIMED_BY=None, CLAIMED_UNTIL=None)
+        )

@@ -1,0 +1,268 @@
+"""Opening a database by URL, creating the tables, and dialect-aware upserts.
+
+SQLAlchemy Core throughout. Identity columns get a case-insensitive collation chosen from what
+the server offers (docs/schema.md has the mapping); JSON columns are text holding canonical
+compact JSON written by stagecrawl, so every backend stores the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sqlalchemy import (
+    Boolean,
+    Column,
+    DateTime,
+    Engine,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    SmallInteger,
+    String,
+    Table,
+    Text,
+    create_engine,
+    event,
+    text,
+)
+from sqlalchemy.dialects import mysql, postgresql, sqlite
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
+
+from stagecrawl.errors import StorageError
+
+log = logging.getLogger("stagecrawl.storage")
+
+DEFAULT_DB_URL = "sqlite:///stagecrawl.db"
+JsonText = Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
+BigCount = (
+    Integer()
+    .with_variant(mysql.BIGINT(), "mysql", "mariadb")
+    .with_variant(postgresql.BIGINT(), "postgresql")
+)
+EventId = LargeBinary(32).with_variant(mysql.BINARY(32), "mysql", "mariadb")
+MYSQL_CI_PREFERENCE = ("utf8mb4_0900_ai_ci", "utf8mb4_uca1400_ai_ci", "utf8mb4_unicode_520_ci")
+PG_CI_COLLATION = "stagecrawl_ci"
+
+
+def dumps(value: Any) -> str | None:
+    """Canonical compact JSON for JSON columns (None stays NULL)."""
+    if value is None:
+        return None
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def build_metadata(ci: str | None, mysql_kw: dict[str, Any]) -> MetaData:
+    metadata = MetaData()
+
+    def ident(length: int) -> String:
+        return String(length, collation=ci)
+
+    Table(
+        "TB_COMP_LIB_RUST_LIST",
+        metadata,
+        Column("ID", EventId, primary_key=True),
+        Column("CRATE_NAME", ident(64), nullable=False),
+        Column("NAME", ident(64), nullable=False),
+        Column("VERSION", ident(100), nullable=False),
+        Column("SOURCE", String(32), nullable=False),
+        Column("RESOLVE_KIND", String(32)),
+        Column("REF_TAGS", JsonText, nullable=False),
+        Column("YANKED", Boolean, nullable=False, default=False),
+        Column("PROCESSED", SmallInteger, nullable=False, default=0),
+        Column("RESYNC", Boolean, nullable=False, default=False),
+        Column("LAST_ERROR", Text),
+        Column("CLAIMED_BY", String(128)),
+        Column("CLAIMED_UNTIL", DateTime),
+        Column("TIMESTAMP", DateTime, nullable=False),
+        Column("LAST_UPDATED", DateTime, nullable=False),
+        Index("IX_RUST_LIST_CRATE_NAME", "CRATE_NAME"),
+        Index("IX_RUST_LIST_PROCESSED", "PROCESSED"),
+        Index("IX_RUST_LIST_TIMESTAMP", "TIMESTAMP"),
+        Index("IX_RUST_LIST_LAST_UPDATED", "LAST_UPDATED"),
+        **mysql_kw,
+    )
+    Table(
+        "TB_COMP_LIB_VERSION_RUST",
+        metadata,
+        Column("LANGUAGE", String(16), primary_key=True),
+        Column("REPOSITORY", String(16), primary_key=True),
+        Column("PRODUCT_KEY", ident(64), primary_key=True),
+        Column("VERSION", ident(100), primary_key=True),
+        Column("NAME", ident(64), nullable=False),
+        Column("DESCRIPTION", Text),
+        Column("LICENSE", Text),
+        Column("STANDARD_LICENSE", JsonText),
+        Column("LICENSE_IDS", JsonText),
+        Column("LICENSE_AI", JsonText),
+        Column("DEPENDENCIES", JsonText, nullable=False),
+        Column("FEATURES", JsonText, nullable=False),
+        Column("CHECKSUM", String(64)),
+        Column("YANKED", Boolean, nullable=False),
+        Column("RUST_VERSION", String(32)),
+        Column("LINKS", String(128)),
+        Column("URL", String(255)),
+        Column("SCM", JsonText),
+        Column("DOWNLOADS", BigCount),
+        Column("RELEASE_DATE", DateTime),
+        Column("PROCESSED", SmallInteger, nullable=False, default=1),
+        Column("LAST_UPDATED", DateTime, nullable=False),
+        Index("IX_VERSION_RUST_LAST_UPDATED", "LAST_UPDATED"),
+        **mysql_kw,
+    )
+    Table(
+        "TB_COMP_LIB_PRODUCT_RUST",
+        metadata,
+        Column("LANGUAGE", String(16), primary_key=True),
+        Column("REPOSITORY", String(16), primary_key=True),
+        Column("PRODUCT_KEY", ident(64), primary_key=True),
+        Column("NAME", ident(64), nullable=False),
+        Column("DESCRIPTION", Text),
+        Column("LATEST_VERSION", String(100)),
+        Column("COMP_STATUS", String(16), nullable=False),
+        Column("URL", String(255)),
+        Column("SCM", JsonText),
+        Column("KEYWORDS", JsonText),
+        Column("CATEGORIES", JsonText),
+        Column("DOWNLOADS", BigCount),
+        Column("VERSION_COUNT", Integer, nullable=False),
+        Column("LAST_UPDATED", DateTime, nullable=False),
+        **mysql_kw,
+    )
+    return metadata
+
+
+class Database:
+    """An open database with stagecrawl's tables created on first use."""
+
+    def __init__(self, url: str = DEFAULT_DB_URL, create: bool = True) -> None:
+        self.url = url
+        try:
+            parsed = make_url(url)
+        except ArgumentError as exc:
+            raise StorageError(f"bad database URL {url!r}: {exc}") from None
+        self.safe_url = parsed.render_as_string(hide_password=True)
+        kwargs: dict[str, Any] = {"pool_pre_ping": True}
+        if parsed.get_backend_name() == "sqlite":
+            kwargs = {"connect_args": {"timeout": 30}}
+        else:
+            kwargs["connect_args"] = {"connect_timeout": 10}
+        try:
+            self.engine: Engine = create_engine(parsed, **kwargs)
+        except (ArgumentError, NoSuchModuleError, ImportError) as exc:
+            raise StorageError(f"cannot use database URL {self.safe_url}: {exc}") from None
+        self.dialect = self.engine.dialect.name
+        if self.dialect == "sqlite":
+            _sqlite_immediate_transactions(self.engine)
+        try:
+            with self.engine.connect() as conn:
+                ci = self._case_insensitive_collation(conn)
+        except SQLAlchemyError as exc:
+            reason = str(exc.orig if hasattr(exc, "orig") and exc.orig else exc).splitlines()[0]
+            raise StorageError(f"cannot reach database {self.safe_url}: {reason}") from None
+        self.collation = ci
+        mysql_kw: dict[str, Any] = (
+            {"mysql_charset": "utf8mb4", "mysql_collate": ci, "mysql_engine": "InnoDB"}
+            if self.dialect in ("mysql", "mariadb") and ci
+            else {}
+        )
+        self.metadata = build_metadata(ci, mysql_kw)
+        self.list = self.metadata.tables["TB_COMP_LIB_RUST_LIST"]
+        self.version = self.metadata.tables["TB_COMP_LIB_VERSION_RUST"]
+        self.product = self.metadata.tables["TB_COMP_LIB_PRODUCT_RUST"]
+        if create:
+            self.create_all()
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.dialect == "sqlite"
+
+    @property
+    def sqlite_path(self) -> str | None:
+        return self.engine.url.database if self.is_sqlite else None
+
+    def create_all(self) -> None:
+        try:
+            self.metadata.create_all(self.engine)
+        except SQLAlchemyError as exc:
+            raise StorageError(f"cannot create tables in {self.safe_url}: {exc}") from None
+
+    def _case_insensitive_collation(self, conn: Connection) -> str | None:
+        if self.dialect == "sqlite":
+            conn.execute(text("PRAGMA journal_mode=WAL"))
+            return "NOCASE"
+        if self.dialect in ("mysql", "mariadb"):
+            # MariaDB lists its UCA 14 collations without the charset prefix (uca1400_ai_ci)
+            # and accepts utf8mb4_0900_ai_ci only from 11.4.5, as a NO PAD alias: ask, and on
+            # MariaDB prefer the PAD uca1400 collation that matches MySQL's comparison.
+            version = str(conn.execute(text("SELECT VERSION()")).scalar() or "")
+            available = {str(row[0]) for row in conn.execute(text("SHOW COLLATION LIKE '%ai_ci'"))}
+            available |= {f"utf8mb4_{n}" for n in available if n.startswith("uca1400")}
+            preference: tuple[str, ...] = MYSQL_CI_PREFERENCE
+            if "mariadb" in version.lower():
+                preference = ("utf8mb4_uca1400_ai_ci", *MYSQL_CI_PREFERENCE)
+            for name in preference:
+                if name in available:
+                    return name
+            return "utf8mb4_general_ci"
+        if self.dialect == "postgresql":
+            # A nondeterministic ICU collation compares case-insensitively (level 2).
+            with conn.begin():
+                conn.execute(
+                    text(
+                        f"CREATE COLLATION IF NOT EXISTS {PG_CI_COLLATION} (provider = icu,"
+                        " locale = 'und-u-ks-level2', deterministic = false)"
+                    )
+                )
+            return PG_CI_COLLATION
+        return None
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+def _sqlite_immediate_transactions(engine: Engine) -> None:
+    """SQLite is single-writer: every transaction takes the write lock up front (BEGIN
+    IMMEDIATE), so two writers queue instead of failing half-way (SQLAlchemy's documented
+    recipe for pysqlite transaction control)."""
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def upsert(
+    conn: Connection,
+    table: Table,
+    rows: Sequence[dict[str, Any]],
+    update: Iterable[str] | None = None,
+) -> None:
+    """Insert rows, or update the given columns where the primary key already exists."""
+    if not rows:
+        return
+    keys = [c.name for c in table.primary_key.columns]
+    columns = list(update) if update is not None else [k for k in rows[0] if k not in keys]
+    name = conn.dialect.name
+    if name in ("mysql", "mariadb"):
+        my = mysql.insert(table)
+        conn.execute(my.on_duplicate_key_update({c: my.inserted[c] for c in columns}), rows)
+    elif name == "postgresql":
+        pg = postgresql.insert(table)
+        pg_stmt = pg.on_conflict_do_update(
+            index_elements=keys, set_={c: pg.excluded[c] for c in columns}
+        )
+        conn.execute(pg_stmt, rows)
+    else:
+        lite = sqlite.insert(table)
+        lite_stmt = lite.on_conflict_do_update(
+            index_elements=keys, set_={c: lite.excluded[c] for c in columns}
+        )
+        conn.execute(lite_stmt, rows)

@@ -1,0 +1,63 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from stagecrawl.crates.config import CratesConfig
+from stagecrawl.testing.origin import TestOrigin
+from tests.crates.registry import build_registry
+
+MARIADB_URL = "mysql+pymysql://root@127.0.0.1:3306/test"
+POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+TABLES = ("TB_COMP_LIB_RUST_LIST", "TB_COMP_LIB_VERSION_RUST", "TB_COMP_LIB_PRODUCT_RUST")
+
+
+def _drop_tables(url: str) -> None:
+    engine = create_engine(url)
+    quote = "`" if url.startswith("mysql") else '"'
+    with engine.begin() as conn:
+        for table in TABLES:
+            conn.execute(text(f"DROP TABLE IF EXISTS {quote}{table}{quote}"))
+    engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", "mariadb", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The same tests on every backend, for real (`.ci/run` starts MariaDB and PostgreSQL)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'stagecrawl.db'}"
+        return
+    url = MARIADB_URL if request.param == "mariadb" else POSTGRES_URL
+    _drop_tables(url)
+    yield url
+    _drop_tables(url)
+
+
+@dataclass
+class Registry:
+    index: TestOrigin
+    api: TestOrigin
+
+    def config(self, **overrides: float) -> CratesConfig:
+        config = CratesConfig(
+            index_url=self.index.url + "/",
+            api_url=self.api.url + "/",
+            api_rate=overrides.get("api_rate", 200.0),
+            index_rate=overrides.get("index_rate", 500.0),
+            retries=1,
+        )
+        return config
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> Iterator[Registry]:
+    index_root, api_root = build_registry(tmp_path / "registry")
+    index = TestOrigin(index_root).start()
+    api = TestOrigin(api_root).start()
+    yield Registry(index, api)
+    index.stop()
+    api.stop()
