@@ -97,7 +97,7 @@ async def test_spellings_merge_into_one_event_and_the_real_name_is_stored(
     db_url: str, registry: Registry
 ) -> None:
     db = Database(db_url)
-    report, _ = await crawl(db, registry, ["Serde_Json", "serde-json", "QUICK_XML"])
+    await crawl(db, registry, ["Serde_Json", "serde-json", "QUICK_XML"])
     events = rows(db, db.list)
     assert len(events) == len(INDEX["serde_json"]) + len(INDEX["quick-xml"])
     assert {e["NAME"] for e in events} == {"serde_json", "quick-xml"}
@@ -126,7 +126,7 @@ async def test_broken_index_goes_to_the_ladder_then_recovers(
     async with config.make_fetcher() as fetcher:
         await seed_crates(db, CratesClient(fetcher, config.index_url, config.api_url), ["a", "cc"])
     broken = registry.index.rule("/1/a", invalid_json=True)
-    _, summary = await crawl(db, registry, [])
+    await crawl(db, registry, [])
     state = {(e["NAME"], e["VERSION"]): e for e in rows(db, db.list)}
     assert state[("a", "0.1.0")]["PROCESSED"] == 30
     assert "not JSON" in state[("a", "0.1.0")]["LAST_ERROR"]

@@ -40,7 +40,7 @@ async def test_user_agent_carries_version_and_contact(origin: TestOrigin) -> Non
 
 
 def test_contact_required_refuses_with_reason() -> None:
-    with pytest.raises(ConfigError, match="contact is required: crates.io asks"):
+    with pytest.raises(ConfigError, match=r"contact is required: crates\.io asks"):
         require_contact(FetchSettings(contact=None), "crates.io asks crawlers for one")
     require_contact(FetchSettings(contact="me@example.org"), "x")
 

@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, bindparam, literal, or_, select, update
+from sqlalchemy.exc import IntegrityError
 
 from stagecrawl.crates.names import event_id, identity_key
 from stagecrawl.storage.db import Database, dumps
@@ -90,92 +91,105 @@ def register(db: Database, events: Iterable[NewEvent], resync: bool = False) -> 
             )
         by_id[key] = ev
     counts = RegisterCounts()
-    table = db.list
     ids = list(by_id)
-    now = utcnow()
     for start in range(0, len(ids), 500):
         chunk = ids[start : start + 500]
-        with db.engine.begin() as conn:
-            existing = {
-                row.ID: row
-                for row in conn.execute(
-                    select(
-                        table.c.ID,
-                        table.c.SOURCE,
-                        table.c.REF_TAGS,
-                        table.c.YANKED,
-                        table.c.PROCESSED,
-                        table.c.RESOLVE_KIND,
-                    ).where(table.c.ID.in_(chunk))
-                )
-            }
-            inserts: list[dict[str, Any]] = []
-            updates: list[dict[str, Any]] = []
-            for key in chunk:
-                ev = by_id[key]
-                row = existing.get(key)
-                if row is None:
-                    inserts.append(
-                        {
-                            "ID": key,
-                            "CRATE_NAME": identity_key(ev.name),
-                            "NAME": ev.name,
-                            "VERSION": ev.version,
-                            "SOURCE": ev.source,
-                            "RESOLVE_KIND": ev.resolve_kind,
-                            "REF_TAGS": dumps(sorted(set(ev.ref_tags))),
-                            "YANKED": ev.yanked,
-                            "PROCESSED": PENDING,
-                            "RESYNC": False,
-                            "TIMESTAMP": now,
-                            "LAST_UPDATED": now,
-                        }
-                    )
-                    continue
-                source = _merge_sources(row.SOURCE, ev.source)
-                merged_tags = sorted(set(json.loads(row.REF_TAGS or "[]")) | set(ev.ref_tags))
-                tags_json = dumps(merged_tags)
-                kind = row.RESOLVE_KIND or ev.resolve_kind
-                requeue = resync and row.PROCESSED not in CLAIMABLE
-                changed = (
-                    source != row.SOURCE
-                    or tags_json != row.REF_TAGS
-                    or bool(row.YANKED) != ev.yanked
-                    or kind != row.RESOLVE_KIND
-                )
-                if not changed and not requeue:
-                    counts.unchanged += 1
-                    continue
-                counts.merged += int(changed)
-                counts.requeued += int(requeue)
-                updates.append(
+        try:
+            counts.add(_register_chunk(db, chunk, by_id, resync))
+        except IntegrityError:
+            # Another process inserted some of these events between our read and our insert:
+            # read again, and this time they are merged as existing rows.
+            counts.add(_register_chunk(db, chunk, by_id, resync))
+    return counts
+
+
+def _register_chunk(
+    db: Database, chunk: list[bytes], by_id: dict[bytes, NewEvent], resync: bool
+) -> RegisterCounts:
+    counts = RegisterCounts()
+    table = db.list
+    now = utcnow()
+    with db.engine.begin() as conn:
+        existing = {
+            row.ID: row
+            for row in conn.execute(
+                select(
+                    table.c.ID,
+                    table.c.SOURCE,
+                    table.c.REF_TAGS,
+                    table.c.YANKED,
+                    table.c.PROCESSED,
+                    table.c.RESOLVE_KIND,
+                ).where(table.c.ID.in_(chunk))
+            )
+        }
+        inserts: list[dict[str, Any]] = []
+        updates: list[dict[str, Any]] = []
+        for key in chunk:
+            ev = by_id[key]
+            row = existing.get(key)
+            if row is None:
+                inserts.append(
                     {
-                        "b_id": key,
-                        "SOURCE": source,
-                        "REF_TAGS": tags_json,
+                        "ID": key,
+                        "CRATE_NAME": identity_key(ev.name),
+                        "NAME": ev.name,
+                        "VERSION": ev.version,
+                        "SOURCE": ev.source,
+                        "RESOLVE_KIND": ev.resolve_kind,
+                        "REF_TAGS": dumps(sorted(set(ev.ref_tags))),
                         "YANKED": ev.yanked,
-                        "RESOLVE_KIND": kind,
-                        "RESYNC": bool(requeue),
+                        "PROCESSED": PENDING,
+                        "RESYNC": False,
+                        "TIMESTAMP": now,
                         "LAST_UPDATED": now,
                     }
                 )
-            if inserts:
-                conn.execute(table.insert(), inserts)
-                counts.new += len(inserts)
-            if updates:
-                conn.execute(
-                    update(table)
-                    .where(bindparam("b_id") == table.c.ID)
-                    .values(
-                        SOURCE=bindparam("SOURCE"),
-                        REF_TAGS=bindparam("REF_TAGS"),
-                        YANKED=bindparam("YANKED"),
-                        RESOLVE_KIND=bindparam("RESOLVE_KIND"),
-                        RESYNC=or_(table.c.RESYNC, bindparam("RESYNC")),
-                        LAST_UPDATED=bindparam("LAST_UPDATED"),
-                    ),
-                    updates,
-                )
+                continue
+            source = _merge_sources(row.SOURCE, ev.source)
+            merged_tags = sorted(set(json.loads(row.REF_TAGS or "[]")) | set(ev.ref_tags))
+            tags_json = dumps(merged_tags)
+            kind = row.RESOLVE_KIND or ev.resolve_kind
+            requeue = resync and row.PROCESSED not in CLAIMABLE
+            changed = (
+                source != row.SOURCE
+                or tags_json != row.REF_TAGS
+                or bool(row.YANKED) != ev.yanked
+                or kind != row.RESOLVE_KIND
+            )
+            if not changed and not requeue:
+                counts.unchanged += 1
+                continue
+            counts.merged += int(changed)
+            counts.requeued += int(requeue)
+            updates.append(
+                {
+                    "b_id": key,
+                    "SOURCE": source,
+                    "REF_TAGS": tags_json,
+                    "YANKED": ev.yanked,
+                    "RESOLVE_KIND": kind,
+                    "RESYNC": bool(requeue),
+                    "LAST_UPDATED": now,
+                }
+            )
+        if inserts:
+            conn.execute(table.insert(), inserts)
+            counts.new += len(inserts)
+        if updates:
+            conn.execute(
+                update(table)
+                .where(table.c.ID == bindparam("b_id"))
+                .values(
+                    SOURCE=bindparam("SOURCE"),
+                    REF_TAGS=bindparam("REF_TAGS"),
+                    YANKED=bindparam("YANKED"),
+                    RESOLVE_KIND=bindparam("RESOLVE_KIND"),
+                    RESYNC=or_(table.c.RESYNC, bindparam("RESYNC")),
+                    LAST_UPDATED=bindparam("LAST_UPDATED"),
+                ),
+                updates,
+            )
     return counts
 
 

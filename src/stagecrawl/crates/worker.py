@@ -25,7 +25,7 @@ from sqlalchemy import bindparam, func, literal, select, update
 from stagecrawl.crates.api import ApiCrate, parse_time
 from stagecrawl.crates.client import CratesClient, IndexEntry
 from stagecrawl.crates.index import IndexFormatError, IndexVersion
-from stagecrawl.crates.names import product_key, validate_name
+from stagecrawl.crates.names import identity_key, product_key, validate_name
 from stagecrawl.crates.queue import (
     CLAIMABLE,
     COLLECTED,
@@ -91,7 +91,8 @@ async def seed_crates(
         report.counts.add(counts)
         report.crates[entry.real_name] = len(events)
 
-    await asyncio.gather(*(one(n) for n in dict.fromkeys(names)))
+    unique = {identity_key(n): n for n in reversed(names)}  # first spelling given wins
+    await asyncio.gather(*(one(n) for n in reversed(unique.values())))
     return report
 
 
@@ -428,7 +429,7 @@ class Collector:
                 upsert(conn, self.db.product, [product])
             conn.execute(
                 update(table)
-                .where(bindparam("b_id") == table.c.ID)
+                .where(table.c.ID == bindparam("b_id"))
                 .values(
                     PROCESSED=bindparam("b_processed"),
                     YANKED=func.coalesce(bindparam("b_yanked"), table.c.YANKED),

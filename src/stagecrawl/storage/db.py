@@ -193,7 +193,6 @@ class Database:
 
     def _case_insensitive_collation(self, conn: Connection) -> str | None:
         if self.dialect == "sqlite":
-            conn.execute(text("PRAGMA journal_mode=WAL"))
             return "NOCASE"
         if self.dialect in ("mysql", "mariadb"):
             # MariaDB lists its UCA 14 collations without the charset prefix (uca1400_ai_ci)
@@ -233,6 +232,8 @@ def _sqlite_immediate_transactions(engine: Engine) -> None:
     @event.listens_for(engine, "connect")
     def _connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None
+        dbapi_connection.execute("PRAGMA journal_mode=WAL")
+        dbapi_connection.execute("PRAGMA busy_timeout=30000")
 
     @event.listens_for(engine, "begin")
     def _begin(conn: Connection) -> None:

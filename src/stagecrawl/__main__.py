@@ -1,0 +1,3 @@
+from stagecrawl.cli import main
+
+main()

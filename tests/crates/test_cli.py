@@ -1,0 +1,110 @@
+"""The crates commands as a user runs them: real processes, loopback registry, SQLite."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.crates.conftest import Registry
+from tests.crates.registry import INDEX
+
+
+def stagecrawl(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
+    full_env.pop("STAGECRAWL_SEED_CRATES", None)
+    return subprocess.run(
+        [sys.executable, "-m", "stagecrawl", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=full_env,
+    )
+
+
+def urls(registry: Registry) -> list[str]:
+    return ["--index-url", registry.index.url + "/", "--api-url", registry.api.url + "/"]
+
+
+def test_crawl_then_status(registry: Registry, tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'out.db'}"
+    done = stagecrawl("crates", "crawl", "cc", "serde-json", "--db", db, *urls(registry))
+    assert done.returncode == 0, done.stderr
+    assert "collected" in done.stderr and "429s seen" in done.stderr
+    status = stagecrawl("status", "--db", db)
+    assert status.returncode == 0
+    expected = len(INDEX["cc"]) + len(INDEX["serde_json"])
+    version_line = next(line for line in status.stderr.splitlines() if "VERSION rows" in line)
+    assert version_line.split()[-2] == str(expected)
+    assert "collected" in status.stderr
+
+
+def test_seed_file_and_env_and_not_found_exit_1(registry: Registry, tmp_path: Path) -> None:
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text("# crates we ship\na\n\nghost  # not published\n")
+    db = f"sqlite:///{tmp_path / 'out.db'}"
+    done = stagecrawl(
+        "crates",
+        "seed",
+        "--file",
+        str(seeds),
+        "--db",
+        db,
+        *urls(registry),
+        env={"STAGECRAWL_SEED_CRATES": "syn"},
+    )
+    assert done.returncode == 1  # ghost is not in the index; the others are registered
+    assert "ghost" in done.stderr
+    collect = stagecrawl("crates", "collect", "--db", db, *urls(registry))
+    assert collect.returncode == 0, collect.stderr
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["../../etc/passwd", "a/b", "", "x" * 65, "crâte", "1abc"],
+)
+def test_bad_names_one_line_exit_2_nothing_touched(
+    registry: Registry, tmp_path: Path, bad: str
+) -> None:
+    db_file = tmp_path / "out.db"
+    done = stagecrawl("crates", "crawl", "a", bad, "--db", f"sqlite:///{db_file}", *urls(registry))
+    assert done.returncode == 2
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: invalid crate name")
+    assert not db_file.exists()
+    assert registry.index.log == [] and registry.api.log == []
+
+
+def test_junk_in_a_seeds_file_names_the_line(registry: Registry, tmp_path: Path) -> None:
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text("a\nserde json\n")
+    done = stagecrawl(
+        "crates",
+        "seed",
+        "--file",
+        str(seeds),
+        "--db",
+        f"sqlite:///{tmp_path / 'x.db'}",
+        *urls(registry),
+    )
+    assert done.returncode == 2
+    assert f"{seeds}:2: invalid crate name 'serde json'" in done.stderr
+    assert registry.index.log == []
+
+
+def test_unreachable_database_is_one_line_exit_2(registry: Registry) -> None:
+    done = stagecrawl(
+        "crates", "crawl", "a", "--db", "mysql+pymysql://root@127.0.0.1:1/nope", *urls(registry)
+    )
+    assert done.returncode == 2
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "cannot reach database" in lines[0]
+
+
+def test_real_crates_io_needs_a_contact(tmp_path: Path) -> None:
+    done = stagecrawl("crates", "crawl", "serde", "--db", f"sqlite:///{tmp_path / 'x.db'}")
+    assert done.returncode == 2
+    assert "contact is required" in done.stderr and "STAGECRAWL_CONTACT" in done.stderr
