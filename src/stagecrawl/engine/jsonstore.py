@@ -2,8 +2,9 @@
 
 Inserts append to a JSON-lines journal (fsynced in batches); the JSON file is rewritten only at
 checkpoints, atomically (temp file + fsync + rename + fsync of the folder). Checkpoints happen
-when the journal has grown past twice the size of the last compacted file, so the bytes written
-over a whole run stay a small constant multiple of the final file (O(n), not O(n^2)). A journal
+when the journal has grown past three times the size of the last compacted file, so the bytes
+written over a whole run stay a small constant multiple of the final file (O(n), not O(n^2)).
+A journal
 left by a crash is replayed on open; a torn last line (the crash hit mid-write) is ignored.
 """
 
@@ -150,7 +151,7 @@ class JsonStore:
             self._pending.clear()
             self._journal_bytes += len(data)
             self.bytes_written += len(data)
-        if self._journal_bytes > max(MIN_COMPACT_BYTES, 2 * self._file_bytes):
+        if self._journal_bytes > max(MIN_COMPACT_BYTES, 3 * self._file_bytes):
             self.checkpoint()
 
     def checkpoint(self) -> None:

@@ -1,0 +1,168 @@
+"""crates pipeline against the loopback origin with scaled-down real limits.
+
+    python bench/crates.py [--crates 200] [--versions 50]
+
+API limited to 20 req/s and the index to 200 req/s, both by stagecrawl and enforced by the
+origin (429 past the limit). Prints wall time against the rate-limit floor (API requests ÷ API
+rate), the 429s seen, and VERSION rows written per second, on SQLite and on MariaDB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy import create_engine, text
+
+from stagecrawl.crates.client import CratesClient
+from stagecrawl.crates.config import CratesConfig
+from stagecrawl.crates.names import index_path
+from stagecrawl.crates.worker import Collector, CollectSettings, seed_crates
+from stagecrawl.storage.db import Database
+from stagecrawl.testing.origin import TestOrigin
+
+API_RATE, INDEX_RATE = 20.0, 200.0
+MARIADB = "mysql+pymysql://root@127.0.0.1:3306/test"
+
+
+def build(root: Path, crates: int, versions: int) -> list[str]:
+    names = [f"bench-crate-{i:04d}" for i in range(crates)]
+    for name in names:
+        lines = []
+        for v in range(versions):
+            vers = f"{v // 10}.{v % 10}.0"
+            lines.append(
+                json.dumps(
+                    {
+                        "name": name,
+                        "vers": vers,
+                        "cksum": hashlib.sha256(vers.encode()).hexdigest(),
+                        "deps": [
+                            {
+                                "name": "serde",
+                                "req": "^1",
+                                "features": [],
+                                "optional": False,
+                                "default_features": True,
+                                "target": None,
+                                "kind": "normal",
+                            }
+                        ],
+                        "features": {"std": []},
+                        "yanked": v % 17 == 0,
+                    }
+                )
+            )
+        path = root / "index" / index_path(name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(lines) + "\n")
+        api = root / "api" / "api" / "v1" / "crates" / name
+        api.parent.mkdir(parents=True, exist_ok=True)
+        api.write_text(
+            json.dumps(
+                {
+                    "crate": {"name": name, "description": "bench", "downloads": 1},
+                    "versions": [
+                        {
+                            "num": f"{v // 10}.{v % 10}.0",
+                            "license": "MIT",
+                            "created_at": "2024-01-01T00:00:00Z",
+                            "downloads": v,
+                        }
+                        for v in range(versions)
+                    ],
+                    "keywords": [],
+                    "categories": [],
+                }
+            )
+        )
+    return names
+
+
+def reset_mariadb() -> None:
+    engine = create_engine(MARIADB)
+    with engine.begin() as conn:
+        for table in (
+            "TB_COMP_LIB_RUST_LIST",
+            "TB_COMP_LIB_VERSION_RUST",
+            "TB_COMP_LIB_PRODUCT_RUST",
+        ):
+            conn.execute(text(f"DROP TABLE IF EXISTS `{table}`"))
+    engine.dispose()
+
+
+async def run(
+    db_url: str, names: list[str], index: TestOrigin, api: TestOrigin
+) -> dict[str, float]:
+    config = CratesConfig(index.url + "/", api.url + "/", API_RATE, INDEX_RATE)
+    db = Database(db_url)
+    async with config.make_fetcher() as fetcher:
+        client = CratesClient(fetcher, config.index_url, config.api_url)
+        started = time.perf_counter()
+        await seed_crates(db, client, names)
+        collector = Collector(db, client, CollectSettings(concurrency=16, handle_signals=False))
+        summary = await collector.run()
+        wall = time.perf_counter() - started
+        rate_limited = sum(fetcher.stats.rate_limited.values())
+    db.dispose()
+    floor = client.api_requests / API_RATE
+    return {
+        "wall": wall,
+        "floor": floor,
+        "429": rate_limited,
+        "rows": summary.outcomes[1],
+        "rows_per_s": summary.outcomes[1] / wall,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--crates", type=int, default=200)
+    parser.add_argument("--versions", type=int, default=50)
+    args = parser.parse_args()
+    table = Table(
+        title=f"crates: {args.crates} crates × {args.versions} versions, "
+        f"API {API_RATE:.0f}/s, index {INDEX_RATE:.0f}/s"
+    )
+    for column in (
+        "backend",
+        "wall s",
+        "floor s",
+        "wall / floor",
+        "429s",
+        "VERSION rows",
+        "rows/s",
+    ):
+        table.add_column(column, justify="right")
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        names = build(root, args.crates, args.versions)
+        for backend, url in (("sqlite", f"sqlite:///{root / 'bench.db'}"), ("mariadb", MARIADB)):
+            if backend == "mariadb":
+                reset_mariadb()
+            with TestOrigin(root / "index") as index, TestOrigin(root / "api") as api:
+                api.rule("/api/*", rate_limit=int(API_RATE), rate_window=1.0)
+                index.rule("/*", rate_limit=int(INDEX_RATE), rate_window=1.0)
+                r = asyncio.run(run(url, names, index, api))
+            table.add_row(
+                backend,
+                f"{r['wall']:.2f}",
+                f"{r['floor']:.2f}",
+                f"{r['wall'] / r['floor']:.3f}",
+                f"{r['429']:.0f}",
+                f"{r['rows']:.0f}",
+                f"{r['rows_per_s']:.0f}",
+            )
+        reset_mariadb()
+    Console().print(table)
+
+
+if __name__ == "__main__":
+    main()
