@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import aiohttp
@@ -24,29 +24,13 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from stagecrawl.engine.crawler import Crawler, CrawlSettings, Output
-from stagecrawl.engine.fetcher import Fetcher, FetchResult, FetchSettings
+from stagecrawl.engine.crawler import Crawler, CrawlSettings
+from stagecrawl.engine.fetcher import Fetcher, FetchSettings
 from stagecrawl.engine.frontier import Frontier
-from stagecrawl.engine.request import Item, Request
-from stagecrawl.errors import FetchError
+from stagecrawl.engine.request import Item
+from stagecrawl.testing.stages import FlatStage
 
 BODY = b'{"name": "bench", "values": [' + b"1, " * 200 + b"1]}"
-
-
-class FlatStage:
-    name = "flat"
-
-    def __init__(self, urls: list[str]) -> None:
-        self.urls = urls
-
-    def start_requests(self) -> Iterable[Request]:
-        return [Request(u) for u in self.urls]
-
-    def parse(self, request: Request, response: FetchResult) -> Iterable[Output]:
-        yield Item(request.url, len(response.content))
-
-    def failed(self, request: Request, error: FetchError) -> Iterable[Output]:
-        raise RuntimeError(f"bench request failed: {error}")
 
 
 class NullSink:

@@ -9,16 +9,16 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-from stagecrawl.engine.crawler import Crawler, CrawlSettings, JsonStoreSink, Output
-from stagecrawl.engine.fetcher import Fetcher, FetchResult, FetchSettings
+from stagecrawl.engine.crawler import Crawler, CrawlSettings, JsonStoreSink
+from stagecrawl.engine.fetcher import Fetcher, FetchSettings
 from stagecrawl.engine.frontier import Frontier
 from stagecrawl.engine.jsonstore import JsonStore
 from stagecrawl.engine.request import Item, Request, canonical_url
 from stagecrawl.testing.origin import TestOrigin
-from stagecrawl.testing.stages import LinkStage, write_link_pages
+from stagecrawl.testing.stages import FlatStage, LinkStage, write_link_pages
 
 
 def test_canonical_url_is_the_dedup_key() -> None:
@@ -101,22 +101,6 @@ class SlowSink:
 
     def close(self) -> None:
         pass
-
-
-class FlatStage:
-    name = "flat"
-
-    def __init__(self, urls: list[str]) -> None:
-        self.urls = urls
-
-    def start_requests(self) -> Iterable[Request]:
-        return [Request(u) for u in self.urls]
-
-    def parse(self, request: Request, response: FetchResult) -> Iterable[Output]:
-        yield Item(request.url, len(response.content))
-
-    def failed(self, request: Request, error: Exception) -> Iterable[Output]:
-        return []
 
 
 async def test_a_slow_sink_holds_the_crawl_back(origin: TestOrigin) -> None:

@@ -50,6 +50,24 @@ class LinkStage:
         return []
 
 
+class FlatStage:
+    """One request per URL, one item per response (its size): no links, no parsing cost."""
+
+    name = "flat"
+
+    def __init__(self, urls: list[str]) -> None:
+        self.urls = urls
+
+    def start_requests(self) -> Iterable[Request]:
+        return [Request(u) for u in self.urls]
+
+    def parse(self, request: Request, response: FetchResult) -> Iterable[Output]:
+        yield Item(request.url, len(response.content))
+
+    def failed(self, request: Request, error: FetchError) -> Iterable[Output]:
+        return []
+
+
 def run_link_crawl(
     base_url: str, out: Path, concurrency: int = 8, rate: float | None = None
 ) -> int:
