@@ -16,7 +16,6 @@ from stagecrawl.cli import (
     DbOption,
     console,
     crates_app,
-    fail,
     run,
     state,
 )
@@ -28,6 +27,7 @@ from stagecrawl.crates.config import (
     read_seeds_file,
     split_env_seeds,
 )
+from stagecrawl.crates.names import validate_name
 from stagecrawl.crates.queue import COLLECTED, NOT_FOUND, SKIPPED, STATE_NAMES
 from stagecrawl.crates.worker import (
     Collector,
@@ -87,8 +87,6 @@ def _gather_names(names: list[str] | None, seeds_file: Path | None) -> list[str]
     collected += split_env_seeds(os.environ.get("STAGECRAWL_SEED_CRATES"))
     if not collected:
         raise InputError("no crate names given (arguments, --file or STAGECRAWL_SEED_CRATES)")
-    from stagecrawl.crates.names import validate_name
-
     for name in collected:
         validate_name(name)
     return collected
@@ -261,6 +259,3 @@ def print_status(url: str) -> None:
             {**sources, "RESYNC asked": resync, "VERSION rows": versions, "PRODUCT rows": products},
         )
     )
-
-
-__all__ = ["fail"]

@@ -8,10 +8,8 @@ crates so each costs one index request and one API request, written in one trans
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
-import signal
 import socket
 import time
 import uuid
@@ -45,6 +43,7 @@ from stagecrawl.crates.queue import (
 from stagecrawl.crates.semver import latest_version
 from stagecrawl.engine.progress import ProgressReporter
 from stagecrawl.engine.ratelimit import origin_of
+from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.errors import FetchError, NotFound, RateLimited
 from stagecrawl.storage.db import Database, dumps, upsert
 
@@ -196,19 +195,17 @@ class Collector:
         self.progress = progress
         self.worker = worker or worker_id()
         self.summary = CollectSummary()
-        self._stopping = asyncio.Event()
-        self._signals = 0
+        # A second signal exits at once: every crate is written in one transaction.
+        self._stop = GracefulStop("crates in progress")
+        self._stopping = self._stop.event
         self._failed_crates: set[str] = set()
         self._claimed_events = 0
         self._total = 0
+        self._in_flight = 0  # crate groups queued or being processed
+        self._finished = asyncio.Event()  # set whenever a group is done
 
     def request_stop(self) -> None:
-        self._signals += 1
-        if self._signals >= 2:
-            os._exit(130)  # every crate is written in one transaction: nothing is half-done
-        log.warning("stopping: finishing crates in progress (interrupt again to exit now)")
-        self.summary.interrupted = True
-        self._stopping.set()
+        self._stop.request()
 
     def pending_count(self) -> int:
         table = self.db.list
@@ -226,20 +223,11 @@ class Collector:
         self._total = await asyncio.to_thread(self.pending_count)
         if self.settings.limit is not None:
             self._total = min(self._total, self.settings.limit)
-        loop = asyncio.get_running_loop()
-        installed: list[signal.Signals] = []
-        if self.settings.handle_signals:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                    loop.add_signal_handler(sig, self.request_stop)
-                    installed.append(sig)
         groups: asyncio.Queue[list[Claimed] | None] = asyncio.Queue(self.settings.concurrency)
-        self._in_flight = 0
-        self._finished = asyncio.Event()
         workers = [
             asyncio.create_task(self._work(groups)) for _ in range(self.settings.concurrency)
         ]
-        try:
+        with self._stop.on_signals(self.settings.handle_signals):
             await self._claim_loop(groups)
             if self._stopping.is_set():
                 leftover: list[bytes] = []
@@ -256,9 +244,7 @@ class Collector:
             _done, late = await asyncio.wait(workers, timeout=timeout)
             for task in late:
                 task.cancel()
-        finally:
-            for sig in installed:
-                loop.remove_signal_handler(sig)
+        self.summary.interrupted = self._stop.requested
         self.summary.wall_seconds = time.monotonic() - started
         return self.summary
 

@@ -14,11 +14,7 @@ after a crash writes the same item again rather than a second one.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
-import signal
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -30,6 +26,7 @@ from stagecrawl.engine.frontier import DONE, FAILED, Completion, Frontier
 from stagecrawl.engine.jsonstore import JsonStore
 from stagecrawl.engine.progress import ProgressReporter
 from stagecrawl.engine.request import Item, Request
+from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.errors import FetchError
 
 log = logging.getLogger("stagecrawl.crawler")
@@ -123,23 +120,15 @@ class Crawler:
         self.settings = settings or CrawlSettings()
         self.progress = progress
         self.summary = CrawlSummary(resumed=frontier.resumed)
-        self._stopping = asyncio.Event()
+        self._stop = GracefulStop("in-flight requests")
+        self._stopping = self._stop.event
         self._committed = asyncio.Event()
-        self._signals = 0
         self._outstanding = 0  # claimed from the frontier and not yet committed
         self._in_worker: dict[int, Request] = {}
 
     def request_stop(self) -> None:
         """Stop taking new work; in-flight requests finish within the grace period."""
-        self._signals += 1
-        if self._signals >= 2:
-            # Second signal: leave at once. Stores are written atomically and the frontier is
-            # transactional, so nothing on disk is half-written; uncommitted work is redone.
-            sys.stderr.write("second interrupt: exiting now; the next run resumes\n")
-            os._exit(130)
-        log.warning("stopping: finishing in-flight requests (interrupt again to exit now)")
-        self.summary.interrupted = True
-        self._stopping.set()
+        self._stop.request()
 
     async def run(self) -> CrawlSummary:
         started = time.monotonic()
@@ -149,26 +138,17 @@ class Crawler:
         start = list(self.stage.start_requests())
         added = self.frontier.add(start)
         self.summary.duplicates += len(start) - added
-        loop = asyncio.get_running_loop()
-        installed: list[signal.Signals] = []
-        if settings.handle_signals:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                    loop.add_signal_handler(sig, self.request_stop)
-                    installed.append(sig)
         workers = [
             asyncio.create_task(self._worker(i, requests, results))
             for i in range(settings.concurrency)
         ]
         committer = asyncio.create_task(self._committer(results))
-        try:
+        with self._stop.on_signals(settings.handle_signals):
             await self._feed(requests)
             await self._finish_workers(workers, requests)
             await results.put(_STOP)
             await committer
-        finally:
-            for sig in installed:
-                loop.remove_signal_handler(sig)
+        self.summary.interrupted = self._stop.requested
         self.summary.wall_seconds = time.monotonic() - started
         return self.summary
 
