@@ -34,12 +34,6 @@ class RunCache(Generic[T]):
             self._evict()
         return await asyncio.shield(future)
 
-    def put(self, key: str, value: T) -> None:
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        future.set_result(value)
-        self._entries[key] = future
-        self._evict()
-
     def _evict(self) -> None:
         while len(self._entries) > self.size:
             oldest_key, oldest = next(iter(self._entries.items()))
@@ -53,7 +47,6 @@ class IndexEntry:
     real_name: str
     versions: list[IndexVersion]
     validators: Validators
-    body: bytes
 
 
 class CratesClient:
@@ -82,7 +75,7 @@ class CratesClient:
                 last = exc
                 continue
             versions = parse_index_file(result.content)
-            return IndexEntry(versions[-1].name, versions, result.validators, result.content)
+            return IndexEntry(versions[-1].name, versions, result.validators)
         assert last is not None
         raise last
 

@@ -156,7 +156,9 @@ class JsonStore:
 
     def checkpoint(self) -> None:
         """Compact: write the whole store atomically, then drop the journal it now contains."""
-        self._pending_to_data_only()
+        # Pending lines are already in self._data; once the file is rewritten they are
+        # redundant, so they need not reach the journal.
+        self._pending.clear()
         data = dumps_store(self._data)
         atomic_write(self.path, data)
         self.bytes_written += len(data)
@@ -166,11 +168,6 @@ class JsonStore:
             self._journal = None
         self.journal_path.unlink(missing_ok=True)
         self._journal_bytes = 0
-
-    def _pending_to_data_only(self) -> None:
-        # Pending lines are already reflected in self._data; once the file is rewritten they are
-        # redundant, so they need not reach the journal.
-        self._pending.clear()
 
     def close(self) -> None:
         if self._pending or self._journal_bytes or not self.path.exists():

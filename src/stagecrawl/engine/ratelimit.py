@@ -78,22 +78,12 @@ class LocalLimiter:
         self._clock = clock or RealClock()
         self._next_arrival: dict[str, float] = defaultdict(lambda: float("-inf"))
         self._cooldown_until: dict[str, float] = defaultdict(lambda: float("-inf"))
-        self.granted: dict[str, int] = defaultdict(int)
-        self.waited: dict[str, float] = defaultdict(float)
 
     def rate_for(self, origin: str) -> Rate | None:
         return self._rates.get(origin, self._default)
 
-    def set_rate(self, origin: str, rate: Rate | None) -> None:
-        key = origin_of(origin) if "://" in origin else origin
-        if rate is None:
-            self._rates.pop(key, None)
-        else:
-            self._rates[key] = rate
-
     async def acquire(self, origin: str) -> None:
         clock = self._clock
-        started = clock.monotonic()
         while True:
             now = clock.monotonic()
             cooldown = self._cooldown_until[origin] - now
@@ -112,8 +102,6 @@ class LocalLimiter:
                 self._next_arrival[origin] = tat + interval
                 break
             await clock.sleep(allowed_at - now)
-        self.granted[origin] += 1
-        self.waited[origin] += clock.monotonic() - started
 
     async def pause(self, origin: str, seconds: float) -> None:
         until = self._clock.monotonic() + seconds
