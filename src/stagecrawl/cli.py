@@ -10,6 +10,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from stagecrawl import __version__
 from stagecrawl.errors import ConfigError, InputError, StagecrawlError, StorageError
@@ -33,7 +34,8 @@ DbOption = Annotated[
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
-    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    # Messages quote user input (file names, TOML fragments): never read them as markup.
+    console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 from sqlalchemy import func, select
 
@@ -26,6 +29,17 @@ from stagecrawl.crates.config import (
     CratesConfig,
     read_seeds_file,
     split_env_seeds,
+)
+from stagecrawl.crates.lock import (
+    LOCKFILE,
+    GitRepo,
+    LockedPackage,
+    TagReport,
+    cargo_home,
+    lock_at_tag,
+    parse_lockfile,
+    register_lock,
+    select_tags,
 )
 from stagecrawl.crates.names import validate_name
 from stagecrawl.crates.queue import COLLECTED, NOT_FOUND, SKIPPED, STATE_NAMES
@@ -257,5 +271,133 @@ def print_status(url: str) -> None:
         summary_table(
             "totals",
             {**sources, "RESYNC asked": resync, "VERSION rows": versions, "PRODUCT rows": products},
+        )
+    )
+
+
+@crates_app.command("lock")
+def lock_command(
+    repo: Annotated[
+        str | None, typer.Argument(help="Git URL or local path of a Rust repository.")
+    ] = None,
+    tag: Annotated[list[str] | None, typer.Option("--tag", help="A tag to resolve.")] = None,
+    tags_matching: Annotated[
+        str | None, typer.Option("--tags-matching", help="Glob over the repository's tags.")
+    ] = None,
+    all_tags: Annotated[bool, typer.Option("--all-tags", help="Every tag.")] = False,
+    pinned_only: Annotated[
+        bool, typer.Option("--pinned-only", help="Only the versions the locks pin.")
+    ] = False,
+    lockfile: Annotated[
+        Path | None, typer.Option("--lockfile", help="A Cargo.lock you already have.")
+    ] = None,
+    label: Annotated[
+        str | None, typer.Option("--label", help="REF_TAGS label for --lockfile.")
+    ] = None,
+    cache_dir: Annotated[
+        Path,
+        typer.Option("--cache-dir", envvar="STAGECRAWL_CACHE", help="Bare clones, CARGO_HOME."),
+    ] = Path(".stagecrawl-cache"),
+    db: DbOption = DEFAULT_DB_URL,
+    index_url: IndexUrl = DEFAULT_INDEX_URL,
+    api_url: ApiUrl = DEFAULT_API_URL,
+    contact: Contact = None,
+    api_rate: ApiRate = 1.0,
+    index_rate: IndexRate = 10.0,
+) -> None:
+    """Register the crates a project's Cargo.lock uses, per git tag (or one lock file)."""
+
+    async def body() -> int:
+        config = _config(index_url, api_url, contact, api_rate, index_rate)
+        inputs = _lock_inputs(repo, tag, tags_matching, all_tags, lockfile, label, cache_dir)
+        reports: list[TagReport] = []
+        database: Database | None = None
+        async with config.make_fetcher() as fetcher:
+            client = CratesClient(fetcher, config.index_url, config.api_url)
+            home = cargo_home(cache_dir, config.index_url) if inputs.repo else None
+            for tag_name in inputs.tags:
+                report = TagReport(f"{inputs.label}@{tag_name}" if inputs.repo else inputs.label)
+                reports.append(report)
+                try:
+                    if inputs.repo is not None and home is not None:
+                        packages, report.kind = await asyncio.to_thread(
+                            lock_at_tag, inputs.repo, tag_name, home
+                        )
+                    else:
+                        packages, report.kind = inputs.lockfile_packages, LOCKFILE
+                except InputError as exc:
+                    report.error = str(exc)
+                    continue
+                database = database or Database(db)
+                await register_lock(database, client, report, packages, pinned_only)
+        _print_lock_report(reports)
+        failed = any(r.error or r.not_found for r in reports)
+        return EXIT_PARTIAL if failed else 0
+
+    raise typer.Exit(run(body))
+
+
+@dataclass
+class _LockInputs:
+    label: str
+    tags: list[str]
+    repo: GitRepo | None = None
+    lockfile_packages: list[LockedPackage] = field(default_factory=list)
+
+
+def _lock_inputs(
+    repo: str | None,
+    tags: list[str] | None,
+    pattern: str | None,
+    all_tags: bool,
+    lockfile: Path | None,
+    label: str | None,
+    cache_dir: Path,
+) -> _LockInputs:
+    """Check every input before anything is registered: a bad one changes nothing."""
+    if (repo is None) == (lockfile is None):
+        raise InputError("give either a repository or --lockfile PATH")
+    if lockfile is not None:
+        try:
+            text = lockfile.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(f"cannot read {lockfile}: {exc}") from None
+        packages = parse_lockfile(text, str(lockfile))
+        name = label or lockfile.resolve().parent.name or "lockfile"
+        return _LockInputs(name, [""], lockfile_packages=packages)
+    assert repo is not None
+    if not (tags or pattern or all_tags):
+        raise InputError("say which tags: --tag T (repeatable), --tags-matching GLOB or --all-tags")
+    git = GitRepo(repo, cache_dir)
+    git.sync()
+    chosen = select_tags(git.tags(), tags or [], pattern, all_tags)
+    if not chosen:
+        raise InputError(f"no tag of {repo} matches {pattern!r}")
+    return _LockInputs(label or git.label, chosen, repo=git)
+
+
+def _print_lock_report(reports: list[TagReport]) -> None:
+    table = Table(title="lock", title_justify="left")
+    for column in ("input", "lock", "packages", "external crates", "new events", "problem"):
+        table.add_column(column, justify="left" if column in ("input", "problem") else "right")
+    for r in reports:
+        problem = r.error or (f"not in the index: {', '.join(r.not_found)}" if r.not_found else "")
+        cells = (r.label, r.kind, str(r.packages), str(r.external), str(r.new_events), problem)
+        table.add_row(*(escape(cell) for cell in cells))
+    console.print(table)
+    failed = [r for r in reports if r.error]
+    for r in failed:
+        console.print(
+            f"[bold red]failed:[/] {escape(r.error or '')}", highlight=False, soft_wrap=True
+        )
+    console.print(
+        summary_table(
+            "lock totals",
+            {
+                "inputs": len(reports),
+                "unique crates": len(frozenset().union(*(r.crates for r in reports))),
+                "new events": sum(r.new_events for r in reports),
+                "inputs failed": len(failed),
+            },
         )
     )

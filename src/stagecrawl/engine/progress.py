@@ -8,6 +8,7 @@ import time
 from collections.abc import Mapping
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -78,5 +79,5 @@ def summary_table(title: str, rows: Mapping[str, object]) -> Table:
     table.add_column("what", style="bold")
     table.add_column("value", justify="right")
     for key, value in rows.items():
-        table.add_row(key, str(value))
+        table.add_row(escape(key), escape(str(value)))
     return table
