@@ -13,7 +13,15 @@ from tests.crates.registry import build_registry
 
 MARIADB_URL = "mysql+pymysql://root@127.0.0.1:3306/test"
 POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-TABLES = ("TB_COMP_LIB_RUST_LIST", "TB_COMP_LIB_VERSION_RUST", "TB_COMP_LIB_PRODUCT_RUST")
+TABLES = (
+    "TB_COMP_LIB_RUST_LIST",
+    "TB_COMP_LIB_VERSION_RUST",
+    "TB_COMP_LIB_PRODUCT_RUST",
+    "TB_LICENSE_V2",
+    "TB_COMP_LIB_VULN_CARGO_V1",
+    "TB_COMP_LIB_VULN_CARGO_RAW",
+    "TB_COMP_LIB_VULN_CARGO_HIT",
+)
 
 
 def _drop_tables(url: str) -> None:

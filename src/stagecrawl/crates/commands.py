@@ -17,8 +17,10 @@ from stagecrawl.cli import (
     EXIT_INTERRUPTED,
     EXIT_PARTIAL,
     DbOption,
+    app,
     console,
     crates_app,
+    guarded,
     run,
     state,
 )
@@ -30,6 +32,7 @@ from stagecrawl.crates.config import (
     read_seeds_file,
     split_env_seeds,
 )
+from stagecrawl.crates.licenses import AiLicenseClient, backfill, import_reference
 from stagecrawl.crates.lock import (
     LOCKFILE,
     GitRepo,
@@ -84,6 +87,15 @@ SkipExisting = Annotated[
 ]
 Concurrency = Annotated[int, typer.Option("--concurrency", help="Crates processed at once.")]
 Resync = Annotated[bool, typer.Option("--resync", help="Collect finished events again.")]
+AiLicenseUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--ai-license-url",
+        envvar="STAGECRAWL_AI_LICENSE_URL",
+        help="Optional AI license classifier (POST); off when unset.",
+    ),
+]
+AiTimeout = Annotated[float, typer.Option("--ai-timeout", help="Seconds per AI call.")]
 
 
 def _config(
@@ -134,6 +146,9 @@ def _print_collect_summary(summary: CollectSummary, collector: Collector) -> Non
     for origin, count in sorted(fetcher.stats.requests.items()):
         rows[f"requests {origin}"] = count
     rows["429s seen"] = sum(fetcher.stats.rate_limited.values())
+    if collector.ai is not None:
+        rows["AI license calls"] = collector.ai.calls
+        rows["AI license warnings"] = collector.ai.warnings
     if summary.lost_leases:
         rows["crates lost to another worker"] = summary.lost_leases
     if summary.interrupted:
@@ -156,6 +171,7 @@ async def _collect(
     settings: CollectSettings,
     names: list[str] | None = None,
     resync: bool = False,
+    ai: AiLicenseClient | None = None,
 ) -> int:
     async with config.make_fetcher() as fetcher:
         client = CratesClient(fetcher, config.index_url, config.api_url)
@@ -165,8 +181,12 @@ async def _collect(
             _print_seed_report(report)
             seed_code = EXIT_PARTIAL if report.not_found or report.failed else 0
         with ProgressReporter("collecting", console=console, quiet=state["quiet"]) as progress:
-            collector = Collector(db, client, settings, progress)
-            summary = await collector.run()
+            collector = Collector(db, client, settings, progress, ai=ai)
+            try:
+                summary = await collector.run()
+            finally:
+                if ai is not None:
+                    await ai.aclose()
         _print_collect_summary(summary, collector)
     if summary.interrupted:
         return EXIT_INTERRUPTED
@@ -208,6 +228,8 @@ def collect_command(
     contact: Contact = None,
     api_rate: ApiRate = 1.0,
     index_rate: IndexRate = 10.0,
+    ai_license_url: AiLicenseUrl = None,
+    ai_timeout: AiTimeout = 10.0,
 ) -> None:
     """Collect pending LIST events into VERSION and PRODUCT until none is left."""
 
@@ -216,7 +238,8 @@ def collect_command(
         settings = CollectSettings(
             concurrency=concurrency, skip_existing=skip_existing, limit=limit
         )
-        return await _collect(config, Database(db), settings)
+        ai = AiLicenseClient(ai_license_url, ai_timeout) if ai_license_url else None
+        return await _collect(config, Database(db), settings, ai=ai)
 
     raise typer.Exit(run(body))
 
@@ -234,6 +257,8 @@ def crawl_command(
     contact: Contact = None,
     api_rate: ApiRate = 1.0,
     index_rate: IndexRate = 10.0,
+    ai_license_url: AiLicenseUrl = None,
+    ai_timeout: AiTimeout = 10.0,
 ) -> None:
     """Seed and collect in one command: every version of each named crate into the database."""
 
@@ -241,7 +266,8 @@ def crawl_command(
         config = _config(index_url, api_url, contact, api_rate, index_rate)
         wanted = _gather_names(names, seeds_file)
         settings = CollectSettings(concurrency=concurrency, skip_existing=skip_existing)
-        return await _collect(config, Database(db), settings, wanted, resync)
+        ai = AiLicenseClient(ai_license_url, ai_timeout) if ai_license_url else None
+        return await _collect(config, Database(db), settings, wanted, resync, ai)
 
     raise typer.Exit(run(body))
 
@@ -401,3 +427,51 @@ def _print_lock_report(reports: list[TagReport]) -> None:
             },
         )
     )
+
+
+licenses_app = typer.Typer(help="License standardisation.", no_args_is_help=True)
+crates_app.add_typer(licenses_app, name="licenses")
+
+
+@licenses_app.command("backfill")
+def licenses_backfill(
+    recompute_all: Annotated[
+        bool, typer.Option("--all", help="Recompute every row, not only those lacking them.")
+    ] = False,
+    db: DbOption = DEFAULT_DB_URL,
+) -> None:
+    """Fill STANDARD_LICENSE and LICENSE_IDS from the stored LICENSE (no network)."""
+
+    def body() -> int:
+        report = backfill(Database(db), recompute_all)
+        rows: dict[str, object] = {
+            "rows": report.rows,
+            "matched": report.matched,
+            "unmatched": report.unmatched,
+            "no license (license-file)": report.no_license,
+        }
+        for text, count in report.common_unmatched:
+            rows[f"  unmatched: {text}"] = count
+        console.print(summary_table("licenses backfill", rows))
+        return 0
+
+    raise typer.Exit(guarded(body))
+
+
+def licenses_import(
+    file: Annotated[Path, typer.Argument(help="CSV or JSON: ID, NAME_SHORT, NAME, MAPPING, URL.")],
+    db: DbOption = DEFAULT_DB_URL,
+) -> None:
+    """Load a license reference into TB_LICENSE_V2 (upsert by ID)."""
+
+    def body() -> int:
+        count = import_reference(Database(db), file)
+        console.print(f"imported {count} license rows")
+        return 0
+
+    raise typer.Exit(guarded(body))
+
+
+top_licenses_app = typer.Typer(help="The license reference table.", no_args_is_help=True)
+top_licenses_app.command("import")(licenses_import)
+app.add_typer(top_licenses_app, name="licenses")

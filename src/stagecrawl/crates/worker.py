@@ -23,6 +23,7 @@ from sqlalchemy import bindparam, func, literal, select, update
 from stagecrawl.crates.api import ApiCrate, parse_time
 from stagecrawl.crates.client import CratesClient, IndexEntry
 from stagecrawl.crates.index import IndexFormatError, IndexVersion
+from stagecrawl.crates.licenses import AiLicenseClient, LicenseMatcher
 from stagecrawl.crates.names import identity_key, product_key, validate_name
 from stagecrawl.crates.queue import (
     CLAIMABLE,
@@ -123,9 +124,18 @@ class CollectSummary:
         return sum(n for state, n in self.outcomes.items() if state >= 30)
 
 
-def version_row(real: str, version: IndexVersion, api: ApiCrate | None, now: Any) -> dict[str, Any]:
+def version_row(
+    real: str,
+    version: IndexVersion,
+    api: ApiCrate | None,
+    now: Any,
+    licenses: LicenseMatcher | None = None,
+    ai_ids: dict[str, str | None] | None = None,
+) -> dict[str, Any]:
     api_version = api.versions.get(version.vers) if api else None
     released = api_version.created_at if api_version else None
+    license_text = api_version.license if api_version else None
+    standard = licenses.standardise(license_text) if licenses else None
     return {
         "LANGUAGE": LANGUAGE,
         "REPOSITORY": REPOSITORY,
@@ -133,10 +143,10 @@ def version_row(real: str, version: IndexVersion, api: ApiCrate | None, now: Any
         "VERSION": version.vers,
         "NAME": real,
         "DESCRIPTION": api.description if api else None,
-        "LICENSE": api_version.license if api_version else None,
-        "STANDARD_LICENSE": None,
-        "LICENSE_IDS": None,
-        "LICENSE_AI": None,
+        "LICENSE": license_text,
+        "STANDARD_LICENSE": standard.standard_license if standard else None,
+        "LICENSE_IDS": standard.license_ids if standard else None,
+        "LICENSE_AI": (ai_ids or {}).get(license_text or ""),
         "DEPENDENCIES": dumps(version.dependencies()),
         "FEATURES": dumps(version.features),
         "CHECKSUM": version.cksum,
@@ -188,8 +198,11 @@ class Collector:
         settings: CollectSettings | None = None,
         progress: ProgressReporter | None = None,
         worker: str | None = None,
+        ai: AiLicenseClient | None = None,
     ) -> None:
         self.db = db
+        self.ai = ai
+        self.licenses: LicenseMatcher | None = None
         self.client = client
         self.settings = settings or CollectSettings()
         self.progress = progress
@@ -221,6 +234,7 @@ class Collector:
     async def run(self) -> CollectSummary:
         started = time.monotonic()
         self._total = await asyncio.to_thread(self.pending_count)
+        self.licenses = await asyncio.to_thread(LicenseMatcher.load, self.db)
         if self.settings.limit is not None:
             self._total = min(self._total, self.settings.limit)
         groups: asyncio.Queue[list[Claimed] | None] = asyncio.Queue(self.settings.concurrency)
@@ -358,13 +372,17 @@ class Collector:
             return outcomes + self._failures(todo, f"api: {exc}", exc), [], None
         now = utcnow()
         by_version = {v.vers: v for v in entry.versions}
+        ai_ids: dict[str, str | None] = {}
+        if self.ai is not None and api is not None:
+            for text in {v.license for v in api.versions.values() if v.license}:
+                ai_ids[text] = await self.ai.classify(text)
         versions: list[dict[str, Any]] = []
         for event in todo:
             found = by_version.get(event.version)
             if found is None:
                 outcomes.append(Outcome(event, NOT_FOUND, error="version not in the index"))
                 continue
-            versions.append(version_row(entry.real_name, found, api, now))
+            versions.append(version_row(entry.real_name, found, api, now, self.licenses, ai_ids))
             outcomes.append(Outcome(event, COLLECTED, yanked=found.yanked))
         return outcomes, versions, product_row(entry, api, now)
 

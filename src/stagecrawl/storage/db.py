@@ -133,6 +133,16 @@ def build_metadata(ci: str | None, mysql_kw: dict[str, Any]) -> MetaData:
         Column("LAST_UPDATED", DateTime, nullable=False),
         **mysql_kw,
     )
+    Table(
+        "TB_LICENSE_V2",
+        metadata,
+        Column("ID", Integer, primary_key=True, autoincrement=False),
+        Column("NAME_SHORT", String(128), nullable=False),
+        Column("NAME", String(255)),
+        Column("MAPPING", JsonText),
+        Column("URL", String(255)),
+        **mysql_kw,
+    )
     return metadata
 
 
@@ -174,6 +184,7 @@ class Database:
         self.list = self.metadata.tables["TB_COMP_LIB_RUST_LIST"]
         self.version = self.metadata.tables["TB_COMP_LIB_VERSION_RUST"]
         self.product = self.metadata.tables["TB_COMP_LIB_PRODUCT_RUST"]
+        self.license = self.metadata.tables["TB_LICENSE_V2"]
         if create:
             self.create_all()
 
