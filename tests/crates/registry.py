@@ -80,6 +80,15 @@ INDEX: dict[str, list[str]] = {
     "noapi": [line("noapi", "0.1.0")],
 }
 
+# Crates with real RustSec advisories (tests/fixtures/osv); index only, so the API answers 404.
+VULN_INDEX: dict[str, list[str]] = {
+    "smallvec": [
+        line("smallvec", v)
+        for v in ["0.6.0-alpha", "0.6.2", "0.6.9", "0.6.13", "1.0.0", "1.6.0", "1.6.1"]
+    ],
+    "tar": [line("tar", v) for v in ["0.4.15", "0.4.16", "0.4.44", "0.4.45"]],
+}
+
 DESCRIPTIONS = {
     "a": "The letter a",
     "cc": "C compiler driver",
@@ -138,7 +147,7 @@ def build_registry(root: Path, api_base: str = "http://127.0.0.1") -> tuple[Path
     (index_root / "config.json").write_text(
         json.dumps({"dl": f"{api_base}/api/v1/crates", "api": api_base})
     )
-    for name, lines in INDEX.items():
+    for name, lines in {**INDEX, **VULN_INDEX}.items():
         path = index_root / index_path(name)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("\n".join(lines) + "\n")

@@ -45,7 +45,9 @@ from stagecrawl.crates.lock import (
     select_tags,
 )
 from stagecrawl.crates.names import validate_name
+from stagecrawl.crates.osv import DEFAULT_OSV_URL, ImportReport, import_advisories, read_advisories
 from stagecrawl.crates.queue import COLLECTED, NOT_FOUND, SKIPPED, STATE_NAMES
+from stagecrawl.crates.semver import sort_key
 from stagecrawl.crates.worker import (
     Collector,
     CollectSettings,
@@ -53,6 +55,7 @@ from stagecrawl.crates.worker import (
     SeedReport,
     seed_crates,
 )
+from stagecrawl.engine.fetcher import Fetcher, FetchSettings
 from stagecrawl.engine.progress import ProgressReporter, summary_table
 from stagecrawl.errors import InputError
 from stagecrawl.storage.db import DEFAULT_DB_URL, Database
@@ -475,3 +478,97 @@ def licenses_import(
 top_licenses_app = typer.Typer(help="The license reference table.", no_args_is_help=True)
 top_licenses_app.command("import")(licenses_import)
 app.add_typer(top_licenses_app, name="licenses")
+
+
+@crates_app.command("vulns")
+def vulns_command(
+    source: Annotated[
+        str,
+        typer.Option("--source", help="URL or local path of the OSV dump (zip, folder, .json)."),
+    ] = DEFAULT_OSV_URL,
+    scope: Annotated[
+        str, typer.Option("--scope", help="collected: crates in PRODUCT; all: every crate.")
+    ] = "collected",
+    max_archive_mb: Annotated[int, typer.Option("--max-archive-mb")] = 512,
+    max_entry_kb: Annotated[int, typer.Option("--max-entry-kb")] = 4096,
+    db: DbOption = DEFAULT_DB_URL,
+    contact: Contact = None,
+) -> None:
+    """Import OSV advisories for crates.io into the VULN tables and match collected versions."""
+
+    async def body() -> int:
+        if scope not in ("collected", "all"):
+            raise InputError(f"--scope must be 'collected' or 'all', not {scope!r}")
+        archive_limit = max_archive_mb * 1024 * 1024
+        data = await _osv_bytes(source, archive_limit, contact)
+        database = Database(db)
+        report = ImportReport()
+        records = read_advisories(data, report.read, max_entry_kb * 1024)
+        await asyncio.to_thread(import_advisories, database, records, scope, report)
+        console.print(
+            summary_table(
+                "vulns",
+                {
+                    "advisories read": report.advisories,
+                    "entries skipped (too large)": report.read.skipped_too_large,
+                    "entries skipped (not OSV JSON)": report.read.skipped_invalid,
+                    f"affected crates in scope ({scope})": report.in_scope,
+                    "RAW rows written": report.raw_written,
+                    "unchanged (not newer)": report.unchanged,
+                    "V1 rows (CVE) written": report.v1_rows,
+                    "withdrawn": report.withdrawn,
+                    "collected versions hit": report.hits,
+                },
+            )
+        )
+        return 0
+
+    raise typer.Exit(run(body))
+
+
+async def _osv_bytes(source: str, limit: int, contact: str | None) -> bytes | Path:
+    if source.startswith(("http://", "https://")):
+        settings = FetchSettings(max_body_bytes=limit, timeout=120.0, contact=contact)
+        async with Fetcher(settings) as fetcher:
+            return (await fetcher.get(source)).content
+    path = Path(source)
+    if not path.exists():
+        raise InputError(f"OSV source {source} does not exist")
+    if path.is_file() and path.stat().st_size > limit:
+        raise InputError(f"OSV source {source} is larger than {limit} bytes")
+    return path
+
+
+@crates_app.command("audit")
+def audit_command(
+    target: Annotated[str, typer.Argument(help="NAME or NAME@VERSION")],
+    db: DbOption = DEFAULT_DB_URL,
+) -> None:
+    """Which advisories hit the collected versions of a crate (run `crates vulns` first)."""
+
+    def body() -> int:
+        name, _, version = target.partition("@")
+        validate_name(name)
+        database = Database(db)
+        hit, raw = database.vuln_hit, database.vuln_raw
+        query = (
+            select(hit.c.VERSION, hit.c.VULN_ID, hit.c.OSV_ID, raw.c.VULN_RANGE, raw.c.SUMMARY)
+            .join(raw, (raw.c.OSV_ID == hit.c.OSV_ID) & (raw.c.PRODUCT_KEY == hit.c.PRODUCT_KEY))
+            .where(hit.c.PRODUCT_KEY == name.lower())
+        )
+        if version:
+            query = query.where(hit.c.VERSION == version)
+        with database.engine.connect() as conn:
+            rows = sorted(conn.execute(query).all(), key=lambda r: (sort_key(r[0]), r[1]))
+        if not rows:
+            console.print(f"no known advisory hits {escape(target)} in {database.safe_url}")
+            return 0
+        table = Table(title=f"advisories hitting {escape(target)}", title_justify="left")
+        for column in ("version", "vuln id", "advisory", "affected range", "summary"):
+            table.add_column(column)
+        for row in rows:
+            table.add_row(*(escape(str(cell or "")) for cell in row))
+        console.print(table)
+        return 0
+
+    raise typer.Exit(guarded(body))

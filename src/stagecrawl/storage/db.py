@@ -143,6 +143,46 @@ def build_metadata(ci: str | None, mysql_kw: dict[str, Any]) -> MetaData:
         Column("URL", String(255)),
         **mysql_kw,
     )
+    Table(
+        "TB_COMP_LIB_VULN_CARGO_V1",
+        metadata,
+        Column("PRODUCT_KEY", ident(64), primary_key=True),
+        Column("VULN_ID", String(64), primary_key=True),
+        Column("VULN_RANGE", Text, nullable=False),
+        Column("MAPPED_TYPE", String(8), nullable=False),
+        Column("OSV_ID", String(64), nullable=False),
+        Column("MODIFIED", DateTime),
+        Column("LAST_UPDATED", DateTime, nullable=False),
+        **mysql_kw,
+    )
+    Table(
+        "TB_COMP_LIB_VULN_CARGO_RAW",
+        metadata,
+        Column("OSV_ID", String(64), primary_key=True),
+        Column("PRODUCT_KEY", ident(64), primary_key=True),
+        Column("VULN_ID", String(64), nullable=False),
+        Column("ALIASES", JsonText, nullable=False),
+        Column("SUMMARY", Text),
+        Column("SEVERITY", JsonText),
+        Column("PUBLISHED", DateTime),
+        Column("MODIFIED", DateTime),
+        Column("WITHDRAWN", DateTime),
+        Column("VULN_RANGE", Text, nullable=False),
+        Column("MAPPED_TYPE", String(8), nullable=False),
+        Column("OSV_JSON", JsonText, nullable=False),
+        Column("LAST_UPDATED", DateTime, nullable=False),
+        **mysql_kw,
+    )
+    Table(
+        "TB_COMP_LIB_VULN_CARGO_HIT",
+        metadata,
+        Column("PRODUCT_KEY", ident(64), primary_key=True),
+        Column("VERSION", ident(100), primary_key=True),
+        Column("VULN_ID", String(64), primary_key=True),
+        Column("OSV_ID", String(64), nullable=False),
+        Column("LAST_UPDATED", DateTime, nullable=False),
+        **mysql_kw,
+    )
     return metadata
 
 
@@ -185,6 +225,9 @@ class Database:
         self.version = self.metadata.tables["TB_COMP_LIB_VERSION_RUST"]
         self.product = self.metadata.tables["TB_COMP_LIB_PRODUCT_RUST"]
         self.license = self.metadata.tables["TB_LICENSE_V2"]
+        self.vuln_v1 = self.metadata.tables["TB_COMP_LIB_VULN_CARGO_V1"]
+        self.vuln_raw = self.metadata.tables["TB_COMP_LIB_VULN_CARGO_RAW"]
+        self.vuln_hit = self.metadata.tables["TB_COMP_LIB_VULN_CARGO_HIT"]
         if create:
             self.create_all()
 
