@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
 
@@ -46,7 +47,7 @@ from stagecrawl.crates.lock import (
 )
 from stagecrawl.crates.names import validate_name
 from stagecrawl.crates.osv import DEFAULT_OSV_URL, ImportReport, import_advisories, read_advisories
-from stagecrawl.crates.queue import COLLECTED, NOT_FOUND, SKIPPED, STATE_NAMES
+from stagecrawl.crates.queue import COLLECTED, NOT_FOUND, SKIPPED, STATE_NAMES, utcnow
 from stagecrawl.crates.semver import sort_key
 from stagecrawl.crates.worker import (
     Collector,
@@ -57,6 +58,7 @@ from stagecrawl.crates.worker import (
 )
 from stagecrawl.engine.fetcher import Fetcher, FetchSettings
 from stagecrawl.engine.progress import ProgressReporter, summary_table
+from stagecrawl.engine.redis_limiter import RedisLimiter
 from stagecrawl.errors import InputError
 from stagecrawl.storage.db import DEFAULT_DB_URL, Database
 
@@ -99,12 +101,28 @@ AiLicenseUrl = Annotated[
     ),
 ]
 AiTimeout = Annotated[float, typer.Option("--ai-timeout", help="Seconds per AI call.")]
+RedisUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--redis-url",
+        envvar="STAGECRAWL_REDIS_URL",
+        help="Redis for one rate limit shared by every worker.",
+    ),
+]
+LeaseSeconds = Annotated[
+    float, typer.Option("--lease-seconds", help="How long a claim is held before others retake it.")
+]
 
 
 def _config(
-    index_url: str, api_url: str, contact: str | None, api_rate: float, index_rate: float
+    index_url: str,
+    api_url: str,
+    contact: str | None,
+    api_rate: float,
+    index_rate: float,
+    redis_url: str | None = None,
 ) -> CratesConfig:
-    config = CratesConfig(index_url, api_url, api_rate, index_rate, contact)
+    config = CratesConfig(index_url, api_url, api_rate, index_rate, contact, redis_url=redis_url)
     config.validate()
     return config
 
@@ -177,6 +195,8 @@ async def _collect(
     ai: AiLicenseClient | None = None,
 ) -> int:
     async with config.make_fetcher() as fetcher:
+        if isinstance(fetcher.limiter, RedisLimiter):
+            await fetcher.limiter.check()
         client = CratesClient(fetcher, config.index_url, config.api_url)
         seed_code = 0
         if names:
@@ -233,13 +253,18 @@ def collect_command(
     index_rate: IndexRate = 10.0,
     ai_license_url: AiLicenseUrl = None,
     ai_timeout: AiTimeout = 10.0,
+    redis_url: RedisUrl = None,
+    lease_seconds: LeaseSeconds = 900.0,
 ) -> None:
     """Collect pending LIST events into VERSION and PRODUCT until none is left."""
 
     async def body() -> int:
-        config = _config(index_url, api_url, contact, api_rate, index_rate)
+        config = _config(index_url, api_url, contact, api_rate, index_rate, redis_url)
         settings = CollectSettings(
-            concurrency=concurrency, skip_existing=skip_existing, limit=limit
+            concurrency=concurrency,
+            skip_existing=skip_existing,
+            limit=limit,
+            lease_seconds=lease_seconds,
         )
         ai = AiLicenseClient(ai_license_url, ai_timeout) if ai_license_url else None
         return await _collect(config, Database(db), settings, ai=ai)
@@ -262,11 +287,12 @@ def crawl_command(
     index_rate: IndexRate = 10.0,
     ai_license_url: AiLicenseUrl = None,
     ai_timeout: AiTimeout = 10.0,
+    redis_url: RedisUrl = None,
 ) -> None:
     """Seed and collect in one command: every version of each named crate into the database."""
 
     async def body() -> int:
-        config = _config(index_url, api_url, contact, api_rate, index_rate)
+        config = _config(index_url, api_url, contact, api_rate, index_rate, redis_url)
         wanted = _gather_names(names, seeds_file)
         settings = CollectSettings(concurrency=concurrency, skip_existing=skip_existing)
         ai = AiLicenseClient(ai_license_url, ai_timeout) if ai_license_url else None
@@ -302,6 +328,52 @@ def print_status(url: str) -> None:
             {**sources, "RESYNC asked": resync, "VERSION rows": versions, "PRODUCT rows": products},
         )
     )
+    print_workers(db)
+
+
+def print_workers(db: Database) -> None:
+    """Live workers: heartbeat within the last minute, their leases and rates."""
+    now = utcnow()
+    worker, events = db.worker, db.list
+    with db.engine.connect() as conn:
+        rows = conn.execute(
+            select(worker)
+            .where(worker.c.HEARTBEAT >= now - timedelta(minutes=1))
+            .order_by(worker.c.STARTED)
+        ).all()
+        leases: dict[str, int] = dict(
+            conn.execute(
+                select(events.c.CLAIMED_BY, func.count())
+                .where(events.c.CLAIMED_UNTIL >= now)
+                .group_by(events.c.CLAIMED_BY)
+            ).all()
+        )
+    if not rows:
+        console.print("no live workers")
+        return
+    table = Table(title="live workers", title_justify="left")
+    for column in (
+        "worker",
+        "since",
+        "leased events",
+        "events done",
+        "events/s",
+        "requests",
+        "shared limit",
+    ):
+        table.add_column(column)
+    for row in rows:
+        seconds = max(1.0, (row.HEARTBEAT - row.STARTED).total_seconds())
+        table.add_row(
+            escape(row.WORKER_ID),
+            str(row.STARTED),
+            str(leases.get(row.WORKER_ID, 0)),
+            str(row.EVENTS_DONE),
+            f"{row.EVENTS_DONE / seconds:.1f}",
+            str(row.REQUESTS),
+            "redis" if row.SHARED_LIMIT else "own bucket",
+        )
+    console.print(table)
 
 
 @crates_app.command("lock")

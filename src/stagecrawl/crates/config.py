@@ -8,7 +8,8 @@ from urllib.parse import urlsplit
 
 from stagecrawl.crates.names import validate_name
 from stagecrawl.engine.fetcher import Fetcher, FetchSettings, require_contact
-from stagecrawl.engine.ratelimit import LocalLimiter, Rate, origin_of
+from stagecrawl.engine.ratelimit import LocalLimiter, OriginLimiter, Rate, origin_of
+from stagecrawl.engine.redis_limiter import RedisLimiter
 from stagecrawl.errors import ConfigError, InputError
 
 DEFAULT_INDEX_URL = "https://index.crates.io/"
@@ -28,6 +29,7 @@ class CratesConfig:
     timeout: float = 15.0
     retries: int = 3
     max_retry_after: float = 600.0
+    redis_url: str | None = None
 
     def validate(self) -> None:
         for label, url in (("--index-url", self.index_url), ("--api-url", self.api_url)):
@@ -45,11 +47,12 @@ class CratesConfig:
 
     def make_fetcher(self) -> Fetcher:
         self.validate()
-        limiter = LocalLimiter(
-            {
-                origin_of(self.api_url): Rate(self.api_rate, 1),
-                origin_of(self.index_url): Rate(self.index_rate, max(1, int(self.index_rate))),
-            }
+        rates = {
+            origin_of(self.api_url): Rate(self.api_rate, 1),
+            origin_of(self.index_url): Rate(self.index_rate, max(1, int(self.index_rate))),
+        }
+        limiter: OriginLimiter = (
+            RedisLimiter(self.redis_url, rates) if self.redis_url else LocalLimiter(rates)
         )
         settings = FetchSettings(
             timeout=self.timeout,

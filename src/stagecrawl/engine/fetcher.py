@@ -173,6 +173,9 @@ class Fetcher:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        closer = getattr(self.limiter, "aclose", None)
+        if closer is not None:
+            await closer()
 
     def backoff(self, retry_number: int) -> float:
         """Full jitter: uniform(0, min(cap, base * 2**n)), so concurrent retries decorrelate."""

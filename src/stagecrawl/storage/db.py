@@ -183,6 +183,20 @@ def build_metadata(ci: str | None, mysql_kw: dict[str, Any]) -> MetaData:
         Column("LAST_UPDATED", DateTime, nullable=False),
         **mysql_kw,
     )
+    Table(
+        "TB_STAGECRAWL_WORKER",
+        metadata,
+        Column("WORKER_ID", String(128), primary_key=True),
+        Column("HOST", String(255), nullable=False),
+        Column("PID", Integer, nullable=False),
+        Column("STARTED", DateTime, nullable=False),
+        Column("HEARTBEAT", DateTime, nullable=False),
+        Column("EVENTS_DONE", Integer, nullable=False, default=0),
+        Column("CRATES_DONE", Integer, nullable=False, default=0),
+        Column("REQUESTS", Integer, nullable=False, default=0),
+        Column("SHARED_LIMIT", Boolean, nullable=False, default=False),
+        **mysql_kw,
+    )
     return metadata
 
 
@@ -228,6 +242,7 @@ class Database:
         self.vuln_v1 = self.metadata.tables["TB_COMP_LIB_VULN_CARGO_V1"]
         self.vuln_raw = self.metadata.tables["TB_COMP_LIB_VULN_CARGO_RAW"]
         self.vuln_hit = self.metadata.tables["TB_COMP_LIB_VULN_CARGO_HIT"]
+        self.worker = self.metadata.tables["TB_STAGECRAWL_WORKER"]
         if create:
             self.create_all()
 

@@ -1,0 +1,204 @@
+"""Several workers on one SQL queue and one Redis rate limit, as an operator runs them."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from stagecrawl.crates.names import index_path
+from stagecrawl.engine.fetcher import Fetcher, FetchSettings
+from stagecrawl.engine.ratelimit import Rate
+from stagecrawl.engine.redis_limiter import RedisLimiter
+from stagecrawl.storage.db import Database
+from stagecrawl.testing.origin import TestOrigin
+from tests.crates.conftest import MARIADB_URL, POSTGRES_URL, _drop_tables
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+CRATES = [f"fleet-{i:02d}" for i in range(24)]
+
+
+def build(root: Path) -> None:
+    for name in CRATES:
+        lines = [
+            json.dumps(
+                {
+                    "name": name,
+                    "vers": f"1.{v}.0",
+                    "deps": [],
+                    "features": {},
+                    "cksum": hashlib.sha256(f"{name}{v}".encode()).hexdigest(),
+                    "yanked": v == 2,
+                }
+            )
+            for v in range(3)
+        ]
+        path = root / "index" / index_path(name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(lines) + "\n")
+        doc = root / "api" / "api" / "v1" / "crates" / name
+        doc.parent.mkdir(parents=True, exist_ok=True)
+        doc.write_text(
+            json.dumps(
+                {
+                    "crate": {"name": name, "description": f"{name} crate", "downloads": 7},
+                    "versions": [
+                        {
+                            "num": f"1.{v}.0",
+                            "license": "MIT",
+                            "created_at": "2024-05-06T07:08:09Z",
+                            "downloads": v,
+                        }
+                        for v in range(3)
+                    ],
+                    "keywords": [],
+                    "categories": [],
+                }
+            )
+        )
+    (root / "index" / "config.json").write_text('{"dl": "http://127.0.0.1/dl", "api": null}')
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[tuple[TestOrigin, TestOrigin]]:
+    build(tmp_path / "reg")
+    index = TestOrigin(tmp_path / "reg" / "index").start()
+    api = TestOrigin(tmp_path / "reg" / "api").start()
+    # The origin itself answers 429 past 5 requests in any second.
+    api.rule("/api/*", rate_limit=5, rate_window=1.0, stall=0.05)
+    yield index, api
+    index.stop()
+    api.stop()
+
+
+def cli(*args: str, wait: bool = True) -> Any:
+    env = {**os.environ, "COLUMNS": "250"}
+    command = [sys.executable, "-m", "stagecrawl", *args]
+    if wait:
+        return subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+
+
+def versions(url: str) -> list[tuple[Any, ...]]:
+    db = Database(url)
+    t = db.version
+    with db.engine.connect() as conn:
+        rows = conn.execute(select(t).order_by(t.c.PRODUCT_KEY, t.c.VERSION)).all()
+    db.dispose()
+    return [
+        (
+            r.PRODUCT_KEY,
+            r.VERSION,
+            r.NAME,
+            r.DESCRIPTION,
+            r.LICENSE,
+            r.LICENSE_IDS,
+            r.CHECKSUM,
+            bool(r.YANKED),
+            r.DEPENDENCIES,
+            r.FEATURES,
+            r.RELEASE_DATE,
+            r.DOWNLOADS,
+        )
+        for r in rows
+    ]
+
+
+async def test_two_redis_limiters_share_one_bucket_and_one_cooldown(origin: TestOrigin) -> None:
+    origin.add("x", "ok")
+    origin.rule("/x", rate_limit=10, rate_window=1.0)
+    prefix = f"stagecrawl-test:{uuid.uuid4().hex}:"
+    limiters = [RedisLimiter(REDIS_URL, {origin.url: Rate(10)}, prefix=prefix) for _ in range(2)]
+    fetchers = [Fetcher(FetchSettings(retries=0), limiter=lim) for lim in limiters]
+
+    async def hammer(fetcher: Fetcher) -> None:
+        await asyncio.gather(*(fetcher.get(origin.url + "/x") for _ in range(15)))
+
+    await asyncio.gather(*(hammer(f) for f in fetchers))  # 30 requests, two "processes"
+    assert origin.max_in_window("/x", 1.0) <= 10
+    assert all(r.status == 200 for r in origin.log)
+
+    await limiters[0].pause(origin.url, 1.0)  # a 429 seen by one pauses the other
+    assert 0.5 < await limiters[1].cooldown_remaining(origin.url) <= 1.0
+    started = time.monotonic()
+    await limiters[1].acquire(origin.url)
+    assert time.monotonic() - started >= 0.5
+    for fetcher in fetchers:
+        await fetcher.aclose()
+
+
+@pytest.mark.parametrize("db_url", [MARIADB_URL, POSTGRES_URL], ids=["mariadb", "postgresql"])
+def test_four_workers_one_killed_share_the_queue_and_the_limit(
+    db_url: str, fleet: tuple[TestOrigin, TestOrigin], tmp_path: Path
+) -> None:
+    index, api = fleet
+    urls = ["--index-url", index.url + "/", "--api-url", api.url + "/"]
+    reference = f"sqlite:///{tmp_path / 'one.db'}"
+    single = cli("crates", "crawl", *CRATES, "--db", reference, *urls, "--api-rate", "5")
+    assert single.returncode == 0, single.stderr
+    api.log.clear()
+
+    _drop_tables(db_url)
+    seeded = cli("crates", "seed", *CRATES, "--db", db_url, *urls)
+    assert seeded.returncode == 0, seeded.stderr
+    common = [
+        "--db",
+        db_url,
+        *urls,
+        "--api-rate",
+        "5",
+        "--redis-url",
+        REDIS_URL,
+        "--lease-seconds",
+        "4",
+        "--concurrency",
+        "2",
+    ]
+    workers = [cli("crates", "collect", *common, wait=False) for _ in range(4)]
+    time.sleep(2.0)
+    workers[0].send_signal(signal.SIGKILL)  # dies holding leases
+    codes = [w.wait(180) for w in workers]
+    assert codes[0] == -signal.SIGKILL
+    assert codes[1:] == [0, 0, 0], [w.stderr.read() for w in workers[1:]]
+
+    db = Database(db_url)
+    with db.engine.connect() as conn:
+        states = conn.execute(select(db.list.c.PROCESSED, db.list.c.CLAIMED_BY)).all()
+    db.dispose()
+    assert len(states) == len(CRATES) * 3
+    assert {s.PROCESSED for s in states} == {1} and {s.CLAIMED_BY for s in states} == {None}
+    assert versions(db_url) == versions(reference)  # as if one worker had done it all
+    assert not [r for r in api.log if r.status == 429]  # four workers, one shared limit
+    assert api.max_in_window("/api/*", 1.0) <= 5
+    _drop_tables(db_url)
+
+
+def test_sqlite_refuses_a_second_worker_and_status_lists_the_first(
+    fleet: tuple[TestOrigin, TestOrigin], tmp_path: Path
+) -> None:
+    index, api = fleet
+    urls = ["--index-url", index.url + "/", "--api-url", api.url + "/"]
+    db = f"sqlite:///{tmp_path / 'one.db'}"
+    assert cli("crates", "seed", *CRATES, "--db", db, *urls).returncode == 0
+    first = cli("crates", "collect", "--db", db, *urls, "--api-rate", "2", wait=False)
+    time.sleep(2.5)
+    second = cli("crates", "collect", "--db", db, *urls)
+    status = cli("status", "--db", db)
+    first.send_signal(signal.SIGINT)
+    assert first.wait(60) == 130
+    assert second.returncode == 2
+    lines = [line for line in second.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "SQLite takes one writer" in lines[0]
+    assert "live workers" in status.stderr and "own bucket" in status.stderr
