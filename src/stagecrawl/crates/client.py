@@ -4,6 +4,7 @@ JSON API (enrichment), each answer cached for the run so a crate costs one reque
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ class IndexEntry:
     real_name: str
     versions: list[IndexVersion]
     validators: Validators
+    sha256: str
 
 
 class CratesClient:
@@ -75,7 +77,8 @@ class CratesClient:
                 last = exc
                 continue
             versions = parse_index_file(result.content)
-            return IndexEntry(versions[-1].name, versions, result.validators)
+            digest = hashlib.sha256(result.content).hexdigest()
+            return IndexEntry(versions[-1].name, versions, result.validators, digest)
         assert last is not None
         raise last
 

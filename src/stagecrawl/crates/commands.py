@@ -48,6 +48,7 @@ from stagecrawl.crates.lock import (
 from stagecrawl.crates.names import validate_name
 from stagecrawl.crates.osv import DEFAULT_OSV_URL, ImportReport, import_advisories, read_advisories
 from stagecrawl.crates.queue import COLLECTED, NOT_FOUND, SKIPPED, STATE_NAMES, utcnow
+from stagecrawl.crates.refresh import refresh
 from stagecrawl.crates.semver import sort_key
 from stagecrawl.crates.worker import (
     Collector,
@@ -644,3 +645,46 @@ def audit_command(
         return 0
 
     raise typer.Exit(guarded(body))
+
+
+@crates_app.command("refresh")
+def refresh_command(
+    names: Names = None,
+    collect: Annotated[
+        bool, typer.Option("--collect/--no-collect", help="Collect the new events after.")
+    ] = True,
+    db: DbOption = DEFAULT_DB_URL,
+    index_url: IndexUrl = DEFAULT_INDEX_URL,
+    api_url: ApiUrl = DEFAULT_API_URL,
+    contact: Contact = None,
+    api_rate: ApiRate = 1.0,
+    index_rate: IndexRate = 10.0,
+    redis_url: RedisUrl = None,
+) -> None:
+    """Re-check known crates with conditional GETs; register and collect only what changed."""
+
+    async def body() -> int:
+        config = _config(index_url, api_url, contact, api_rate, index_rate, redis_url)
+        for name in names or []:
+            validate_name(name)
+        database = Database(db)
+        async with config.make_fetcher() as fetcher:
+            report = await refresh(database, fetcher, config.index_url, names)
+        rows: dict[str, object] = {
+            "crates checked": report.checked,
+            "not modified (304)": report.not_modified,
+            "same content": report.unchanged_body,
+            "changed": ", ".join(report.changed) or 0,
+            "new events": report.new_events,
+            "yanked flags changed": report.yanked_changes,
+            "gone from the index": ", ".join(report.gone) or 0,
+        }
+        for name, reason in report.failed.items():
+            rows[f"failed: {name}"] = reason
+        console.print(summary_table("refresh", rows))
+        code = EXIT_PARTIAL if report.failed or report.gone else 0
+        if collect and report.new_events:
+            code = max(code, await _collect(config, database, CollectSettings()))
+        return code
+
+    raise typer.Exit(run(body))

@@ -57,6 +57,7 @@ from stagecrawl.storage.db import Database, dumps, upsert
 log = logging.getLogger("stagecrawl.crates")
 
 LANGUAGE, REPOSITORY = "rust", "Cargo"
+ProductRows = tuple[dict[str, Any], dict[str, Any]]  # PRODUCT row, index-state row
 CRATES_IO_PAGE = "https://crates.io/crates/"
 
 
@@ -205,6 +206,18 @@ def product_row(entry: IndexEntry, api: ApiCrate | None, now: Any) -> dict[str, 
         "DOWNLOADS": api.downloads if api else None,
         "VERSION_COUNT": len(pairs),
         "LAST_UPDATED": now,
+    }
+
+
+def index_state_row(entry: IndexEntry, now: Any) -> dict[str, Any]:
+    """What refresh needs to ask the index "changed since?" next time."""
+    return {
+        "PRODUCT_KEY": product_key(entry.real_name),
+        "NAME": entry.real_name,
+        "ETAG": entry.validators.etag,
+        "LAST_MODIFIED": entry.validators.last_modified,
+        "CONTENT_SHA256": entry.sha256,
+        "CHECKED_AT": now,
     }
 
 
@@ -454,7 +467,7 @@ class Collector:
 
     async def _collect(
         self, group: list[Claimed]
-    ) -> tuple[list[Outcome], list[dict[str, Any]], dict[str, Any] | None]:
+    ) -> tuple[list[Outcome], list[dict[str, Any]], ProductRows | None]:
         real = group[0].name
         todo = group
         outcomes: list[Outcome] = []
@@ -492,7 +505,7 @@ class Collector:
                 continue
             versions.append(version_row(entry.real_name, found, api, now, self.licenses, ai_ids))
             outcomes.append(Outcome(event, COLLECTED, yanked=found.yanked))
-        return outcomes, versions, product_row(entry, api, now)
+        return outcomes, versions, (product_row(entry, api, now), index_state_row(entry, now))
 
     def _failures(self, events: list[Claimed], reason: str, exc: Exception) -> list[Outcome]:
         kind = getattr(exc, "kind", "format")
@@ -518,7 +531,7 @@ class Collector:
         group: list[Claimed],
         outcomes: list[Outcome],
         versions: list[dict[str, Any]],
-        product: dict[str, Any] | None,
+        product: ProductRows | None,
     ) -> bool:
         """VERSION + PRODUCT + LIST state for one crate, in one transaction, under our lease."""
         table = self.db.list
@@ -538,7 +551,8 @@ class Collector:
             if versions:
                 upsert(conn, self.db.version, versions)
             if product is not None:
-                upsert(conn, self.db.product, [product])
+                upsert(conn, self.db.product, [product[0]])
+                upsert(conn, self.db.index_state, [product[1]])
             conn.execute(
                 update(table)
                 .where(table.c.ID == bindparam("b_id"))

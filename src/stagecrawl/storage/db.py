@@ -184,6 +184,17 @@ def build_metadata(ci: str | None, mysql_kw: dict[str, Any]) -> MetaData:
         **mysql_kw,
     )
     Table(
+        "TB_COMP_LIB_RUST_INDEX_STATE",
+        metadata,
+        Column("PRODUCT_KEY", ident(64), primary_key=True),
+        Column("NAME", ident(64), nullable=False),
+        Column("ETAG", String(255)),
+        Column("LAST_MODIFIED", String(64)),
+        Column("CONTENT_SHA256", String(64), nullable=False),
+        Column("CHECKED_AT", DateTime, nullable=False),
+        **mysql_kw,
+    )
+    Table(
         "TB_STAGECRAWL_WORKER",
         metadata,
         Column("WORKER_ID", String(128), primary_key=True),
@@ -243,6 +254,7 @@ class Database:
         self.vuln_raw = self.metadata.tables["TB_COMP_LIB_VULN_CARGO_RAW"]
         self.vuln_hit = self.metadata.tables["TB_COMP_LIB_VULN_CARGO_HIT"]
         self.worker = self.metadata.tables["TB_STAGECRAWL_WORKER"]
+        self.index_state = self.metadata.tables["TB_COMP_LIB_RUST_INDEX_STATE"]
         if create:
             self.create_all()
 

@@ -1,0 +1,140 @@
+"""Incremental refresh: ask the index whether known crates changed, with conditional GETs.
+
+A 304 (or an unchanged body) costs nothing more and writes nothing. A changed file registers
+only its new (crate, version) events, updates the yanked flags that changed (LIST and VERSION)
+and the PRODUCT figures the index decides; the API is then called only for changed crates,
+by the collect that follows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import bindparam, select, update
+
+from stagecrawl.crates.client import IndexEntry
+from stagecrawl.crates.index import IndexFormatError, parse_index_file
+from stagecrawl.crates.names import index_path, product_key
+from stagecrawl.crates.queue import NewEvent, register, utcnow
+from stagecrawl.crates.semver import latest_version
+from stagecrawl.crates.worker import LANGUAGE, REPOSITORY, index_state_row
+from stagecrawl.engine.fetcher import Fetcher, Validators
+from stagecrawl.errors import FetchError, NotFound
+from stagecrawl.storage.db import Database, upsert
+
+
+@dataclass
+class RefreshReport:
+    checked: int = 0
+    not_modified: int = 0
+    unchanged_body: int = 0
+    changed: list[str] = field(default_factory=list)
+    new_events: int = 0
+    yanked_changes: int = 0
+    gone: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+def known_crates(db: Database, names: list[str] | None) -> list[dict[str, Any]]:
+    state = db.index_state
+    query = select(state)
+    if names:
+        query = query.where(state.c.PRODUCT_KEY.in_([n.lower() for n in names]))
+    with db.engine.connect() as conn:
+        return [dict(r._mapping) for r in conn.execute(query.order_by(state.c.PRODUCT_KEY))]
+
+
+async def refresh(
+    db: Database, fetcher: Fetcher, index_url: str, names: list[str] | None, concurrency: int = 16
+) -> RefreshReport:
+    report = RefreshReport()
+    base = index_url.rstrip("/") + "/"
+    semaphore = asyncio.Semaphore(concurrency)
+
+    async def one(state: dict[str, Any]) -> None:
+        async with semaphore:
+            report.checked += 1
+            validators = Validators(state["ETAG"], state["LAST_MODIFIED"])
+            try:
+                result = await fetcher.get(base + index_path(state["NAME"]), validators=validators)
+            except NotFound:
+                report.gone.append(state["NAME"])
+                return
+            except FetchError as exc:
+                report.failed[state["NAME"]] = str(exc)
+                return
+            if result.not_modified:
+                report.not_modified += 1
+                return
+            digest = hashlib.sha256(result.content).hexdigest()
+            if digest == state["CONTENT_SHA256"]:
+                report.unchanged_body += 1
+                return
+            try:
+                versions = parse_index_file(result.content)
+            except IndexFormatError as exc:
+                report.failed[state["NAME"]] = str(exc)
+                return
+            entry = IndexEntry(versions[-1].name, versions, result.validators, digest)
+            await asyncio.to_thread(_apply_change, db, entry, report)
+
+    await asyncio.gather(*(one(s) for s in known_crates(db, names)))
+    report.changed.sort()
+    return report
+
+
+def _apply_change(db: Database, entry: IndexEntry, report: RefreshReport) -> None:
+    key = product_key(entry.real_name)
+    counts = register(
+        db, [NewEvent(entry.real_name, v.vers, "seed", yanked=v.yanked) for v in entry.versions]
+    )
+    report.new_events += counts.new
+    report.changed.append(entry.real_name)
+    now = utcnow()
+    version = db.version
+    yanked = {v.vers: v.yanked for v in entry.versions}
+    with db.engine.begin() as conn:
+        stored = conn.execute(
+            select(version.c.VERSION, version.c.YANKED).where(
+                version.c.LANGUAGE == LANGUAGE,
+                version.c.REPOSITORY == REPOSITORY,
+                version.c.PRODUCT_KEY == key,
+            )
+        ).all()
+        flips = [
+            {"k_version": v, "YANKED": yanked[v], "LAST_UPDATED": now}
+            for v, was in stored
+            if v in yanked and bool(was) != yanked[v]
+        ]
+        if flips:
+            conn.execute(
+                update(version)
+                .where(
+                    version.c.LANGUAGE == LANGUAGE,
+                    version.c.REPOSITORY == REPOSITORY,
+                    version.c.PRODUCT_KEY == key,
+                    version.c.VERSION == bindparam("k_version"),
+                )
+                .values(YANKED=bindparam("YANKED"), LAST_UPDATED=bindparam("LAST_UPDATED")),
+                flips,
+            )
+            report.yanked_changes += len(flips)
+        pairs = [(v.vers, v.yanked) for v in entry.versions]
+        conn.execute(
+            update(db.product)
+            .where(
+                db.product.c.LANGUAGE == LANGUAGE,
+                db.product.c.REPOSITORY == REPOSITORY,
+                db.product.c.PRODUCT_KEY == key,
+            )
+            .values(
+                LATEST_VERSION=latest_version(pairs),
+                COMP_STATUS="ACTIVE" if any(not y for _, y in pairs) else "YANKED",
+                VERSION_COUNT=len(pairs),
+                LAST_UPDATED=now,
+            )
+        )
+        upsert(conn, db.index_state, [index_state_row(entry, now)])

@@ -1,0 +1,137 @@
+"""`crates refresh`: conditional GETs against the loopback index; only changes cost anything."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+
+from stagecrawl.crates.names import index_path
+from stagecrawl.storage.db import Database
+from stagecrawl.testing.origin import TestOrigin
+
+CRATES = [f"steady-{i:03d}" for i in range(200)]
+
+
+def index_line(name: str, vers: str, yanked: bool = False) -> str:
+    return json.dumps(
+        {
+            "name": name,
+            "vers": vers,
+            "deps": [],
+            "features": {},
+            "yanked": yanked,
+            "cksum": hashlib.sha256(f"{name}{vers}".encode()).hexdigest(),
+        }
+    )
+
+
+def write_index(root: Path, name: str, lines: list[str]) -> None:
+    path = root / "index" / index_path(name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+
+
+def dump(url: str) -> list[list[dict[str, Any]]]:
+    db = Database(url)
+    tables = (db.list, db.version, db.product, db.index_state)
+    with db.engine.connect() as conn:
+        result = [
+            [dict(r._mapping) for r in conn.execute(select(t).order_by(*t.primary_key.columns))]
+            for t in tables
+        ]
+    db.dispose()
+    return result
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "250"}
+    return subprocess.run(
+        [sys.executable, "-m", "stagecrawl", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+
+
+def test_unchanged_crates_cost_one_304_each_and_changes_only_what_changed(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "reg"
+    for name in CRATES:
+        write_index(root, name, [index_line(name, "1.0.0"), index_line(name, "1.1.0")])
+        api = root / "api" / "api" / "v1" / "crates" / name
+        api.parent.mkdir(parents=True, exist_ok=True)
+        api.write_text(
+            json.dumps(
+                {
+                    "crate": {"name": name, "description": "d"},
+                    "versions": [{"num": "1.0.0", "license": "MIT"}],
+                }
+            )
+        )
+    with TestOrigin(root / "index") as index, TestOrigin(root / "api") as api_origin:
+        db = f"sqlite:///{tmp_path / 'r.db'}"
+        urls = [
+            "--index-url",
+            index.url + "/",
+            "--api-url",
+            api_origin.url + "/",
+            "--api-rate",
+            "1000",
+            "--index-rate",
+            "1000",
+            "--db",
+            db,
+        ]
+        done = cli("crates", "crawl", *CRATES, *urls)
+        assert done.returncode == 0, done.stderr
+        before = dump(db)
+        index.log.clear()
+        api_origin.log.clear()
+
+        quiet = cli("crates", "refresh", *urls)
+        assert quiet.returncode == 0, quiet.stderr
+        assert len(index.log) == 200 and all(r.status == 304 for r in index.log)
+        assert all("If-None-Match" in r.headers for r in index.log)
+        assert api_origin.log == []
+        assert dump(db) == before  # not one row rewritten
+
+        write_index(
+            root,
+            "steady-000",
+            [
+                index_line("steady-000", "1.0.0"),
+                index_line("steady-000", "1.1.0"),
+                index_line("steady-000", "1.2.0"),
+            ],
+        )
+        write_index(
+            root,
+            "steady-001",
+            [index_line("steady-001", "1.0.0", yanked=True), index_line("steady-001", "1.1.0")],
+        )
+        index.log.clear()
+        changed = cli("crates", "refresh", *urls)
+        assert changed.returncode == 0, changed.stderr
+        assert [r.path for r in api_origin.log] == ["/api/v1/crates/steady-000"]
+        after = dump(db)
+        events = {(e["NAME"], e["VERSION"]): e for e in after[0]}
+        assert events[("steady-000", "1.2.0")]["PROCESSED"] == 1
+        assert events[("steady-001", "1.0.0")]["YANKED"] in (True, 1)
+        versions = {(v["PRODUCT_KEY"], v["VERSION"]): v for v in after[1]}
+        assert versions[("steady-001", "1.0.0")]["YANKED"] in (True, 1)
+        products = {p["PRODUCT_KEY"]: p for p in after[2]}
+        assert products["steady-000"]["LATEST_VERSION"] == "1.2.0"
+        assert products["steady-000"]["VERSION_COUNT"] == 3
+        untouched = [p for p in after[2] if p["PRODUCT_KEY"] not in ("steady-000", "steady-001")]
+        assert untouched == [
+            p for p in before[2] if p["PRODUCT_KEY"] not in ("steady-000", "steady-001")
+        ]
