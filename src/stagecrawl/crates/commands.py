@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import tempfile
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -33,6 +34,7 @@ from stagecrawl.crates.config import (
     read_seeds_file,
     split_env_seeds,
 )
+from stagecrawl.crates.dbdump import DEFAULT_DUMP_URL, load_dump
 from stagecrawl.crates.licenses import AiLicenseClient, backfill, import_reference
 from stagecrawl.crates.lock import (
     LOCKFILE,
@@ -57,7 +59,7 @@ from stagecrawl.crates.worker import (
     SeedReport,
     seed_crates,
 )
-from stagecrawl.engine.fetcher import Fetcher, FetchSettings
+from stagecrawl.engine.fetcher import Fetcher, FetchSettings, require_contact
 from stagecrawl.engine.progress import ProgressReporter, summary_table
 from stagecrawl.engine.redis_limiter import RedisLimiter
 from stagecrawl.errors import InputError
@@ -686,5 +688,52 @@ def refresh_command(
         if collect and report.new_events:
             code = max(code, await _collect(config, database, CollectSettings()))
         return code
+
+    raise typer.Exit(run(body))
+
+
+@crates_app.command("dbdump")
+def dbdump_command(
+    source: Annotated[
+        str, typer.Option("--source", help="URL or local path of db-dump.tar.gz.")
+    ] = DEFAULT_DUMP_URL,
+    max_gb: Annotated[float, typer.Option("--max-gb", help="Largest download accepted.")] = 8.0,
+    db: DbOption = DEFAULT_DB_URL,
+    contact: Contact = None,
+) -> None:
+    """Load the whole registry from crates.io's database dump (no API crawl)."""
+
+    async def body() -> int:
+        with tempfile.TemporaryDirectory(prefix="stagecrawl-dl-") as tmp:
+            if source.startswith(("http://", "https://")):
+                if "crates.io" in source:
+                    require_contact(FetchSettings(contact=contact), "crates.io asks for one")
+                path = Path(tmp) / "db-dump.tar.gz"
+                settings = FetchSettings(contact=contact, timeout=300.0)
+                async with Fetcher(settings) as fetcher:
+                    await fetcher.download(source, path, int(max_gb * 1024**3))
+            else:
+                path = Path(source)
+                if not path.is_file():
+                    raise InputError(f"dump {source} does not exist")
+            database = Database(db)
+            with ProgressReporter("loading dump", console=console, quiet=state["quiet"]) as bar:
+                report = await asyncio.to_thread(
+                    load_dump, database, path, lambda _what, n: bar.update(n, None, {})
+                )
+        rate = report.versions / report.seconds if report.seconds else 0
+        console.print(
+            summary_table(
+                "dbdump",
+                {
+                    "crates (PRODUCT)": report.crates,
+                    "versions (VERSION)": report.versions,
+                    "dependencies": report.dependencies,
+                    "wall time": f"{report.seconds:.1f}s",
+                    "versions/s": f"{rate:.0f}",
+                },
+            )
+        )
+        return 0
 
     raise typer.Exit(run(body))
