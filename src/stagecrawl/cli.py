@@ -6,6 +6,7 @@ import asyncio
 import logging
 import sys
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -80,6 +81,18 @@ def status(db: DbOption = "sqlite:///stagecrawl.db") -> None:
     from stagecrawl.crates.commands import print_status
 
     guarded(lambda: print_status(db))
+
+
+@app.command()
+def demo(
+    out: Annotated[Path, typer.Option("--out", help="Where the demo writes.")] = Path(
+        "stagecrawl-demo"
+    ),
+) -> None:
+    """Try stagecrawl offline: the whole crates pipeline against a bundled 127.0.0.1 mirror."""
+    from stagecrawl.demo import run_demo
+
+    raise typer.Exit(run(lambda: run_demo(out, console, state["quiet"])))
 
 
 def main() -> None:

@@ -125,7 +125,14 @@ def _config(
     index_rate: float,
     redis_url: str | None = None,
 ) -> CratesConfig:
-    config = CratesConfig(index_url, api_url, api_rate, index_rate, contact, redis_url=redis_url)
+    config = CratesConfig.from_environment(
+        index_url=index_url,
+        api_url=api_url,
+        api_rate=api_rate,
+        index_rate=index_rate,
+        contact=contact,
+        redis_url=redis_url,
+    )
     config.validate()
     return config
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -30,6 +31,38 @@ class CratesConfig:
     retries: int = 3
     max_retry_after: float = 600.0
     redis_url: str | None = None
+    max_body_bytes: int = 64 * 1024 * 1024
+    index_token: str | None = None
+    api_token: str | None = None
+
+    @classmethod
+    def from_environment(cls, **values: object) -> CratesConfig:
+        """Settings given as flags, plus the engine knobs and secrets that only come from the
+        environment (tokens must never sit in a command line, a file or a log)."""
+        env = os.environ
+
+        def number(name: str, default: float) -> float:
+            raw = env.get(name)
+            if raw is None or raw == "":
+                return default
+            try:
+                value = float(raw)
+            except ValueError:
+                raise ConfigError(f"{name} must be a number, got {raw!r}") from None
+            if value < 0:
+                raise ConfigError(f"{name} must not be negative")
+            return value
+
+        config = cls(**values)  # type: ignore[arg-type]
+        config.timeout = number("STAGECRAWL_TIMEOUT", config.timeout)
+        config.retries = int(number("STAGECRAWL_RETRIES", config.retries))
+        config.max_retry_after = number("STAGECRAWL_MAX_RETRY_AFTER", config.max_retry_after)
+        config.max_body_bytes = int(
+            number("STAGECRAWL_MAX_BODY_MB", config.max_body_bytes / 2**20) * 2**20
+        )
+        config.index_token = env.get("STAGECRAWL_INDEX_TOKEN") or None
+        config.api_token = env.get("STAGECRAWL_API_TOKEN") or None
+        return config
 
     def validate(self) -> None:
         for label, url in (("--index-url", self.index_url), ("--api-url", self.api_url)):
@@ -54,11 +87,18 @@ class CratesConfig:
         limiter: OriginLimiter = (
             RedisLimiter(self.redis_url, rates) if self.redis_url else LocalLimiter(rates)
         )
+        tokens = {}
+        if self.index_token:
+            tokens[origin_of(self.index_url)] = self.index_token
+        if self.api_token:
+            tokens[origin_of(self.api_url)] = self.api_token
         settings = FetchSettings(
             timeout=self.timeout,
             retries=self.retries,
             max_retry_after=self.max_retry_after,
+            max_body_bytes=self.max_body_bytes,
             contact=self.contact,
+            tokens=tokens,
         )
         return Fetcher(settings, limiter=limiter)
 
