@@ -12,6 +12,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 from rich.markup import escape
+from sqlalchemy.exc import SQLAlchemyError
 
 from stagecrawl import __version__
 from stagecrawl.errors import ConfigError, InputError, StagecrawlError, StorageError
@@ -48,6 +49,13 @@ def guarded(body: Callable[[], T]) -> T:
         raise fail(str(exc)) from None
     except StagecrawlError as exc:
         raise fail(str(exc), EXIT_PARTIAL) from None
+    except SQLAlchemyError as exc:
+        # A database that fails mid-run (disk full, connection lost): one line, and every
+        # crate already written stays written (each is one transaction).
+        reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+        raise fail(f"database error: {reason}") from None
+    except OSError as exc:
+        raise fail(f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": ")) from None
 
 
 def run(coro_factory: Callable[[], Coroutine[Any, Any, T]]) -> T:

@@ -19,6 +19,7 @@ from typing import Any
 
 from sqlalchemy import and_, bindparam, func, literal, or_, select, update
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.sql.elements import ColumnElement
 
 from stagecrawl.crates.names import event_id, identity_key
 from stagecrawl.storage.db import Database, dumps
@@ -312,3 +313,22 @@ def next_lease_expiry(db: Database, exclude_crates: set[str] | None = None) -> d
     with db.engine.connect() as conn:
         value = conn.execute(select(func.min(table.c.CLAIMED_UNTIL)).where(condition)).scalar()
     return value if isinstance(value, datetime) else None
+
+
+def release_stale_leases(db: Database, everyone: bool, live_window: float = 60.0) -> int:
+    """Free leases nobody can still be using: on SQLite (one writer, and this is it) all of
+    them; elsewhere those of workers whose heartbeat stopped `live_window` seconds ago, so a
+    restarted worker does not wait out a dead one's lease."""
+    table, workers = db.list, db.worker
+    now = utcnow()
+    condition: ColumnElement[bool] = table.c.CLAIMED_BY.is_not(None)
+    if not everyone:
+        live = select(workers.c.WORKER_ID).where(
+            workers.c.HEARTBEAT >= literal(now - timedelta(seconds=live_window))
+        )
+        condition = and_(condition, table.c.CLAIMED_BY.not_in(live))
+    with db.engine.begin() as conn:
+        result = conn.execute(
+            update(table).where(condition).values(CLAIMED_BY=None, CLAIMED_UNTIL=None)
+        )
+        return int(result.rowcount or 0)

@@ -43,6 +43,7 @@ from stagecrawl.crates.queue import (
     next_lease_expiry,
     register,
     release,
+    release_stale_leases,
     renew_leases,
     utcnow,
 )
@@ -278,6 +279,9 @@ class Collector:
                     "no --redis-url: this worker has its own rate bucket; N workers together"
                     " send up to N times the configured rate"
                 )
+            freed = await asyncio.to_thread(release_stale_leases, self.db, self.db.is_sqlite)
+            if freed:
+                log.info("took back %d events claimed by a worker that is gone", freed)
             await asyncio.to_thread(self._register_worker, shared)
             heartbeat = asyncio.create_task(self._heartbeat())
             try:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
@@ -232,6 +234,7 @@ class Database:
             raise StorageError(f"cannot use database URL {self.safe_url}: {exc}") from None
         self.dialect = self.engine.dialect.name
         if self.dialect == "sqlite":
+            _check_sqlite_folder(parsed.database)
             _sqlite_immediate_transactions(self.engine)
         try:
             with self.engine.connect() as conn:
@@ -303,6 +306,20 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+def _check_sqlite_folder(database: str | None) -> None:
+    """Say plainly why a SQLite file cannot be made (SQLite only says 'unable to open')."""
+    if not database or database == ":memory:" or Path(database).exists():
+        return
+    folder = Path(database).parent
+    probe = folder / f".stagecrawl-probe-{os.getpid()}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise StorageError(f"cannot create the database in {folder}: {exc.strerror}") from None
 
 
 def _sqlite_immediate_transactions(engine: Engine) -> None:

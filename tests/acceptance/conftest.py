@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from stagecrawl.demo.registry import CRATES, build_mirror
+from stagecrawl.storage.db import Database
+from stagecrawl.testing.origin import TestOrigin
+
+NAMES = sorted(CRATES)
+VOLATILE = {"TIMESTAMP", "LAST_UPDATED", "CLAIMED_BY", "CLAIMED_UNTIL", "CHECKED_AT"}
+
+
+@dataclass
+class Mirror:
+    index: TestOrigin
+    api: TestOrigin
+    root: Path
+
+    def urls(self) -> list[str]:
+        return ["--index-url", self.index.url + "/", "--api-url", self.api.url + "/"]
+
+
+@pytest.fixture
+def mirror(tmp_path: Path) -> Iterator[Mirror]:
+    root = tmp_path / "mirror"
+    build_mirror(root)
+    index = TestOrigin(root / "index").start()
+    api = TestOrigin(root / "api").start()
+    yield Mirror(index, api, root)
+    index.stop()
+    api.stop()
+
+
+def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STAGECRAWL_")}
+    return {**env, "COLUMNS": "250", **(extra or {})}
+
+
+def stagecrawl(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "stagecrawl", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=cli_env(env),
+    )
+
+
+def spawn(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "stagecrawl", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(env),
+    )
+
+
+def dump(url: str) -> dict[str, list[dict[str, Any]]]:
+    """Every row of the crates tables, minus the columns that only say when."""
+    db = Database(url)
+    result = {}
+    for table in (db.list, db.version, db.product):
+        with db.engine.connect() as conn:
+            rows = conn.execute(select(table).order_by(*table.primary_key.columns)).all()
+        result[table.name] = [
+            {k: v for k, v in r._mapping.items() if k not in VOLATILE} for r in rows
+        ]
+    db.dispose()
+    return result

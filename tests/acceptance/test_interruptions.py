@@ -1,0 +1,53 @@
+"""Kill -9 at random moments and SIGINT: nothing lost, nothing written twice."""
+
+from __future__ import annotations
+
+import random
+import signal
+import time
+from pathlib import Path
+
+from tests.acceptance.conftest import NAMES, Mirror, dump, spawn, stagecrawl
+
+RATES = ["--api-rate", "12", "--index-rate", "100"]
+
+
+def test_kill_9_at_ten_random_moments_then_resume(mirror: Mirror, tmp_path: Path) -> None:
+    reference = f"sqlite:///{tmp_path / 'reference.db'}"
+    started = time.monotonic()
+    done = stagecrawl("crates", "crawl", *NAMES, "--db", reference, *mirror.urls(), *RATES)
+    full_run = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    expected = dump(reference)
+    # every event collected into exactly one VERSION row
+    assert len(expected["TB_COMP_LIB_VERSION_RUST"]) == len(expected["TB_COMP_LIB_RUST_LIST"])
+
+    moments = random.Random(20261202)
+    for attempt in range(10):
+        url = f"sqlite:///{tmp_path / f'run{attempt}.db'}"
+        process = spawn("crates", "crawl", *NAMES, "--db", url, *mirror.urls(), *RATES)
+        time.sleep(moments.uniform(0.3, max(0.6, full_run * 0.9)))
+        process.send_signal(signal.SIGKILL)
+        process.wait(30)
+        again = stagecrawl("crates", "crawl", *NAMES, "--db", url, *mirror.urls(), *RATES)
+        assert again.returncode == 0, (attempt, again.stderr)
+        assert dump(url) == expected, f"run {attempt} differs from the uninterrupted run"
+
+
+def test_sigint_exits_130_with_a_summary_and_a_rerun_finishes(
+    mirror: Mirror, tmp_path: Path
+) -> None:
+    url = f"sqlite:///{tmp_path / 'int.db'}"
+    assert stagecrawl("crates", "seed", *NAMES, "--db", url, *mirror.urls()).returncode == 0
+    process = spawn("crates", "collect", "--db", url, *mirror.urls(), "--api-rate", "4")
+    time.sleep(2.5)
+    process.send_signal(signal.SIGINT)
+    code = process.wait(60)
+    stderr = process.stderr.read() if process.stderr else ""
+    assert code == 130, stderr
+    assert "collect" in stderr and "returned to the queue" in stderr
+    partial = dump(url)["TB_COMP_LIB_RUST_LIST"]
+    assert 0 < sum(e["PROCESSED"] == 1 for e in partial) < len(partial)
+    rerun = stagecrawl("crates", "collect", "--db", url, *mirror.urls(), "--api-rate", "50")
+    assert rerun.returncode == 0, rerun.stderr
+    assert {e["PROCESSED"] for e in dump(url)["TB_COMP_LIB_RUST_LIST"]} == {1}
