@@ -103,6 +103,47 @@ def demo(
     raise typer.Exit(run(lambda: run_demo(out, console, state["quiet"])))
 
 
+aircraft_app = typer.Typer(help="Aircraft data from Wikidata (CC0).", no_args_is_help=True)
+app.add_typer(aircraft_app, name="aircraft")
+
+
+@aircraft_app.command("crawl")
+def aircraft_crawl(
+    out: Annotated[Path, typer.Option("--out", help="Folder of the three JSON stores.")],
+    stage: Annotated[
+        str, typer.Option("--stage", help="manufacturers, models, specs or all.")
+    ] = "all",
+    refresh: Annotated[bool, typer.Option("--refresh", help="Fetch stored entities again.")] = (
+        False
+    ),
+    sparql_url: Annotated[str, typer.Option("--sparql-url")] = "https://query.wikidata.org/sparql",
+    api_url: Annotated[str, typer.Option("--api-url")] = "https://www.wikidata.org/w/api.php",
+    contact: Annotated[str | None, typer.Option("--contact", envvar="STAGECRAWL_CONTACT")] = None,
+    batch: Annotated[int, typer.Option("--batch", help="Ids per query / request.")] = 50,
+) -> None:
+    """Manufacturers → models → specifications, each pass into its own JSON store."""
+    from stagecrawl.aircraft.run import PASSES, AircraftConfig, run_aircraft
+
+    if stage not in (*PASSES, "all"):
+        raise fail(f"--stage must be one of {', '.join(PASSES)} or all, not {stage!r}")
+    config = AircraftConfig(out, sparql_url, api_url, contact, refresh, batch)
+    raise typer.Exit(run(lambda: run_aircraft(config, stage, console, state["quiet"])))
+
+
+@aircraft_app.command("export")
+def aircraft_export(
+    out: Annotated[Path, typer.Option("--out", help="Folder holding specs.json.")],
+    format: Annotated[str, typer.Option("--format", help="csv")] = "csv",
+) -> None:
+    """A flat table of the specifications, for a spreadsheet."""
+    from stagecrawl.aircraft.run import export_csv
+
+    if format != "csv":
+        raise fail(f"--format must be csv, not {format!r}")
+    target = guarded(lambda: export_csv(out))
+    console.print(f"wrote {target}")
+
+
 def main() -> None:
     app()
 

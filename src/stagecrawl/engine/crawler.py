@@ -215,7 +215,11 @@ class Crawler:
 
     async def _process(self, request: Request) -> _Result:
         try:
-            response = await self.fetcher.get(request.url, validators=request.validators)
+            response = await self.fetcher.get(
+                request.url,
+                validators=request.validators,
+                rate_limited=getattr(self.stage, "rate_limited", None),
+            )
         except FetchError as exc:
             self.summary.errors[exc.kind] += 1
             outputs = list(self.stage.failed(request, exc))

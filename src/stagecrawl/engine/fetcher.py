@@ -19,6 +19,7 @@ import email.utils
 import json
 import random
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -190,8 +191,12 @@ class Fetcher:
         validators: Validators | None = None,
         headers: dict[str, str] | None = None,
         allow_empty: bool = False,
+        rate_limited: Callable[[FetchResult], bool] | None = None,
     ) -> FetchResult:
-        """GET with retries. Returns a 2xx result or a 304 (`not_modified`); raises FetchError."""
+        """GET with retries. Returns a 2xx result or a 304 (`not_modified`); raises FetchError.
+
+        `rate_limited` lets an origin that signals overload inside a 200 (Wikimedia's maxlag
+        error) be treated exactly like a 429: cooldown, Retry-After, the same ladder."""
         settings = self.settings
         attempts = 0
         while True:
@@ -212,7 +217,10 @@ class Fetcher:
                 if 200 <= status < 300:
                     if not body and not allow_empty:
                         raise EmptyBody(url=final_url)
-                    return FetchResult(final_url, status, response_headers, body, attempts)
+                    result = FetchResult(final_url, status, response_headers, body, attempts)
+                    if rate_limited is None or not rate_limited(result):
+                        return result
+                    status = 429  # overload reported in the body: handled as a 429 below
                 if status == 304:
                     return FetchResult(final_url, status, response_headers, b"", attempts)
                 if status in NOT_FOUND_STATUSES:

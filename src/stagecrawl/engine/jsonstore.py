@@ -106,6 +106,9 @@ class JsonStore:
     def __len__(self) -> int:
         return len(self._data)
 
+    def __iter__(self) -> Iterator[str]:
+        return self.keys()
+
     def get(self, key: str, default: Any = None) -> Any:
         return self._data.get(key, default)
 

@@ -1,0 +1,1 @@
+"""The aircraft pipeline: manufacturers → models → specifications from Wikidata (CC0)."""
