@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from stagecrawl.demo.wikidata import install
 from stagecrawl.testing.origin import TestOrigin
-from tests.aircraft.fake_wikidata import install
 
 
 def stagecrawl(*args: str, wait: bool = True) -> Any:

@@ -3,13 +3,15 @@
 It starts the loopback test origin with a generated registry (registry.py) and the bundled
 RustSec advisories (data/osv, CC0-1.0), then runs exactly what a real run runs — seed, lock
 (a tiny git repository made on the spot), collect with rate limits and progress, licenses,
-vulns, audit — and prints where everything is.
+vulns, and the three aircraft passes over a small Wikidata slice — and prints where
+everything is.
 """
 
 from __future__ import annotations
 
 import asyncio
 import io
+import json
 import shutil
 import subprocess
 import zipfile
@@ -18,6 +20,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from stagecrawl.aircraft.run import AircraftConfig, run_aircraft
 from stagecrawl.crates.client import CratesClient
 from stagecrawl.crates.config import CratesConfig
 from stagecrawl.crates.licenses import backfill
@@ -25,6 +28,7 @@ from stagecrawl.crates.lock import GitRepo, TagReport, cargo_home, lock_at_tag, 
 from stagecrawl.crates.osv import ImportReport, import_advisories, read_advisories
 from stagecrawl.crates.worker import Collector, CollectSettings, seed_crates
 from stagecrawl.demo.registry import build_mirror
+from stagecrawl.demo.wikidata import install
 from stagecrawl.engine.progress import ProgressReporter, summary_table
 from stagecrawl.errors import InputError
 from stagecrawl.storage.db import Database
@@ -206,6 +210,23 @@ async def run_demo(out: Path, console: Console, quiet: bool) -> int:
             f"5. vulns: {vulns.advisories} RustSec advisories read, "
             f"{vulns.in_scope} about collected crates, {vulns.hits} versions hit"
         )
+    with TestOrigin() as wikidata:
+        install(wikidata)
+        aircraft = AircraftConfig(
+            out / "aircraft",
+            wikidata.url + "/sparql",
+            wikidata.url + "/w/api.php",
+            contact="stagecrawl-demo@localhost",
+        )
+        code = await run_aircraft(aircraft, "all", console, quiet)
+        stored = {
+            name: len(json.loads((out / "aircraft" / f"{name}.json").read_text()))
+            for name in ("manufacturers", "models", "specs")
+        }
+        console.print(
+            f"6. aircraft: {stored['manufacturers']} manufacturers, {stored['models']} models,"
+            f" {stored['specs']} specifications (exit {code})"
+        )
     console.print(
         summary_table(
             "demo output",
@@ -213,6 +234,7 @@ async def run_demo(out: Path, console: Console, quiet: bool) -> int:
                 "database": str(db_path),
                 "mirror (index, API)": str(out / "mirror"),
                 "demo repository": str(out / "demo-app"),
+                "aircraft stores": str(out / "aircraft"),
             },
         )
     )

@@ -1,4 +1,4 @@
-"""A small Wikidata built by the tests, served by the loopback origin: SPARQL 1.1 JSON results
+"""A small Wikidata slice for the demo and the tests, served by the loopback origin: SPARQL 1.1
 (`application/sparql-results+json`) and `wbgetentities` JSON in the documented shapes. Every
 item, label and number here is made up."""
 
@@ -13,7 +13,7 @@ from aiohttp import web
 from stagecrawl.testing.origin import TestOrigin
 
 E = "http://www.wikidata.org/entity/"
-MANUFACTURERS = {
+MANUFACTURERS: dict[str, dict[str, Any]] = {
     "Q100": {
         "label": "Aerofab",
         "countries": ["Q30"],
