@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
-import json
 import tempfile
 import time
 from pathlib import Path
@@ -23,10 +21,10 @@ from sqlalchemy import create_engine, text
 
 from stagecrawl.crates.client import CratesClient
 from stagecrawl.crates.config import CratesConfig
-from stagecrawl.crates.names import index_path
 from stagecrawl.crates.worker import Collector, CollectSettings, seed_crates
 from stagecrawl.storage.db import Database
 from stagecrawl.testing.origin import TestOrigin
+from stagecrawl.testing.registry import index_line, write_crate
 
 API_RATE, INDEX_RATE = 20.0, 200.0
 MARIADB = "mysql+pymysql://root@127.0.0.1:3306/test"
@@ -34,54 +32,39 @@ MARIADB = "mysql+pymysql://root@127.0.0.1:3306/test"
 
 def build(root: Path, crates: int, versions: int) -> list[str]:
     names = [f"bench-crate-{i:04d}" for i in range(crates)]
+    serde = {
+        "name": "serde",
+        "req": "^1",
+        "features": [],
+        "optional": False,
+        "default_features": True,
+        "target": None,
+        "kind": "normal",
+    }
     for name in names:
-        lines = []
-        for v in range(versions):
-            vers = f"{v // 10}.{v % 10}.0"
-            lines.append(
-                json.dumps(
+        numbers = [f"{v // 10}.{v % 10}.0" for v in range(versions)]
+        lines = [
+            index_line(name, vers, [serde], features={"std": []}, yanked=v % 17 == 0)
+            for v, vers in enumerate(numbers)
+        ]
+        write_crate(
+            root,
+            name,
+            lines,
+            {
+                "crate": {"name": name, "description": "bench", "downloads": 1},
+                "versions": [
                     {
-                        "name": name,
-                        "vers": vers,
-                        "cksum": hashlib.sha256(vers.encode()).hexdigest(),
-                        "deps": [
-                            {
-                                "name": "serde",
-                                "req": "^1",
-                                "features": [],
-                                "optional": False,
-                                "default_features": True,
-                                "target": None,
-                                "kind": "normal",
-                            }
-                        ],
-                        "features": {"std": []},
-                        "yanked": v % 17 == 0,
+                        "num": vers,
+                        "license": "MIT",
+                        "created_at": "2024-01-01T00:00:00Z",
+                        "downloads": v,
                     }
-                )
-            )
-        path = root / "index" / index_path(name)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("\n".join(lines) + "\n")
-        api = root / "api" / "api" / "v1" / "crates" / name
-        api.parent.mkdir(parents=True, exist_ok=True)
-        api.write_text(
-            json.dumps(
-                {
-                    "crate": {"name": name, "description": "bench", "downloads": 1},
-                    "versions": [
-                        {
-                            "num": f"{v // 10}.{v % 10}.0",
-                            "license": "MIT",
-                            "created_at": "2024-01-01T00:00:00Z",
-                            "downloads": v,
-                        }
-                        for v in range(versions)
-                    ],
-                    "keywords": [],
-                    "categories": [],
-                }
-            )
+                    for v, vers in enumerate(numbers)
+                ],
+                "keywords": [],
+                "categories": [],
+            },
         )
     return names
 

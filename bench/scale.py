@@ -11,8 +11,6 @@
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import resource
 import subprocess
 import sys
@@ -24,9 +22,9 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import create_engine, text
 
-from stagecrawl.crates.names import index_path
 from stagecrawl.testing.dbdump import build_dump
 from stagecrawl.testing.origin import TestOrigin
+from stagecrawl.testing.registry import index_line, write_crate
 
 MARIADB = "mysql+pymysql://root@127.0.0.1:3306/test"
 TABLES = (
@@ -41,31 +39,15 @@ TABLES = (
 def build_registry(root: Path, crates: int, versions: int) -> list[str]:
     names = [f"scale-{i:05d}" for i in range(crates)]
     for name in names:
-        lines = [
-            json.dumps(
-                {
-                    "name": name,
-                    "vers": f"0.{v}.0",
-                    "deps": [],
-                    "features": {},
-                    "yanked": False,
-                    "cksum": hashlib.sha256(f"{name}{v}".encode()).hexdigest(),
-                }
-            )
-            for v in range(versions)
-        ]
-        path = root / "index" / index_path(name)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("\n".join(lines) + "\n")
-        api = root / "api" / "api" / "v1" / "crates" / name
-        api.parent.mkdir(parents=True, exist_ok=True)
-        api.write_text(
-            json.dumps(
-                {
-                    "crate": {"name": name, "description": "scale"},
-                    "versions": [{"num": f"0.{v}.0", "license": "MIT"} for v in range(versions)],
-                }
-            )
+        lines = [index_line(name, f"0.{v}.0") for v in range(versions)]
+        write_crate(
+            root,
+            name,
+            lines,
+            {
+                "crate": {"name": name, "description": "scale"},
+                "versions": [{"num": f"0.{v}.0", "license": "MIT"} for v in range(versions)],
+            },
         )
     return names
 

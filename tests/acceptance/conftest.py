@@ -1,8 +1,5 @@
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +11,9 @@ from sqlalchemy import select
 from stagecrawl.demo.registry import CRATES, build_mirror
 from stagecrawl.storage.db import Database
 from stagecrawl.testing.origin import TestOrigin
+from tests.cli import cli_env, spawn, stagecrawl
 
+__all__ = ["Mirror", "cli_env", "dump", "spawn", "stagecrawl"]
 NAMES = sorted(CRATES)
 VOLATILE = {"TIMESTAMP", "LAST_UPDATED", "CLAIMED_BY", "CLAIMED_UNTIL", "CHECKED_AT"}
 
@@ -38,33 +37,6 @@ def mirror(tmp_path: Path) -> Iterator[Mirror]:
     yield Mirror(index, api, root)
     index.stop()
     api.stop()
-
-
-def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STAGECRAWL_")}
-    return {**env, "COLUMNS": "250", **(extra or {})}
-
-
-def stagecrawl(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 300
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "stagecrawl", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=cli_env(env),
-    )
-
-
-def spawn(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "stagecrawl", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=cli_env(env),
-    )
 
 
 def dump(url: str) -> dict[str, list[dict[str, Any]]]:

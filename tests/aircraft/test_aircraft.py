@@ -4,26 +4,15 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from stagecrawl.demo.wikidata import install
 from stagecrawl.testing.origin import TestOrigin
-
-
-def stagecrawl(*args: str, wait: bool = True) -> Any:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STAGECRAWL_")}
-    env["COLUMNS"] = "200"
-    command = [sys.executable, "-m", "stagecrawl", *args]
-    if wait:
-        return subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+from tests.cli import spawn, stagecrawl
 
 
 def urls(origin: TestOrigin) -> list[str]:
@@ -123,7 +112,7 @@ def test_killed_mid_pass_then_resumed_gives_identical_stores(
     moments = random.Random(6)
     for attempt in range(3):
         out = tmp_path / f"run{attempt}"
-        process = stagecrawl("aircraft", "crawl", "--out", str(out), *args, wait=False)
+        process = spawn("aircraft", "crawl", "--out", str(out), *args)
         time.sleep(moments.uniform(1.0, 4.0))
         process.send_signal(signal.SIGKILL)
         process.wait(30)

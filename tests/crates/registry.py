@@ -5,12 +5,12 @@ no third-party data."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 from stagecrawl.crates.names import index_path
+from stagecrawl.testing.registry import index_line
 
 
 def dep(name: str, req: str, **extra: Any) -> dict[str, Any]:
@@ -27,17 +27,7 @@ def dep(name: str, req: str, **extra: Any) -> dict[str, Any]:
     return entry
 
 
-def line(name: str, vers: str, deps: list[dict[str, Any]] | None = None, **extra: Any) -> str:
-    entry: dict[str, Any] = {
-        "name": name,
-        "vers": vers,
-        "deps": deps or [],
-        "cksum": hashlib.sha256(f"{name}-{vers}".encode()).hexdigest(),
-        "features": {},
-        "yanked": False,
-    }
-    entry.update(extra)
-    return json.dumps(entry, separators=(",", ":"))
+line = index_line
 
 
 # name -> index lines; every crate here is in the index

@@ -2,27 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.cli import stagecrawl
 from tests.crates.conftest import Registry
 from tests.crates.registry import INDEX
-
-
-def stagecrawl(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
-    full_env.pop("STAGECRAWL_SEED_CRATES", None)
-    return subprocess.run(
-        [sys.executable, "-m", "stagecrawl", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=full_env,
-    )
 
 
 def urls(registry: Registry) -> list[str]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from stagecrawl.crates.lock import (
 )
 from stagecrawl.errors import InputError
 from stagecrawl.storage.db import Database
+from tests.cli import stagecrawl
 from tests.crates.conftest import Registry
 from tests.crates.registry import INDEX
 
@@ -138,19 +138,6 @@ def app_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write(repo, {"Cargo.toml": "[package\nname = broken"})
     commit_tag("v0.5.0")
     return repo
-
-
-def stagecrawl(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "250"}
-    env.pop("STAGECRAWL_SEED_CRATES", None)
-    return subprocess.run(
-        [sys.executable, "-m", "stagecrawl", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        cwd=cwd,
-    )
 
 
 def urls(registry: Registry) -> list[str]:

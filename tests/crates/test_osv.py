@@ -8,9 +8,6 @@ from __future__ import annotations
 import copy
 import io
 import json
-import os
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -27,6 +24,7 @@ from stagecrawl.crates.osv import (
 )
 from stagecrawl.storage.db import Database
 from stagecrawl.testing.origin import TestOrigin
+from tests.cli import stagecrawl
 from tests.crates.conftest import Registry
 from tests.crates.test_pipeline import crawl
 
@@ -208,17 +206,7 @@ def test_cli_vulns_from_the_loopback_origin_then_audit(
     registry: Registry, origin: TestOrigin, tmp_path: Path
 ) -> None:
     db = f"sqlite:///{tmp_path / 'v.db'}"
-    env = {**os.environ, "COLUMNS": "250"}
-
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "stagecrawl", *args],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=env,
-        )
-
+    run = stagecrawl
     urls = ["--index-url", registry.index.url + "/", "--api-url", registry.api.url + "/"]
     assert run("crates", "crawl", "tar", "--db", db, *urls).returncode == 0
     origin.add("crates.io/all.zip", zip_of(all_fixtures()))

@@ -2,40 +2,27 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
 
-from stagecrawl.crates.names import index_path
 from stagecrawl.storage.db import Database
 from stagecrawl.testing.origin import TestOrigin
+from stagecrawl.testing.registry import index_line as make_line
+from stagecrawl.testing.registry import write_crate
+from tests.cli import stagecrawl
 
 CRATES = [f"steady-{i:03d}" for i in range(200)]
 
 
 def index_line(name: str, vers: str, yanked: bool = False) -> str:
-    return json.dumps(
-        {
-            "name": name,
-            "vers": vers,
-            "deps": [],
-            "features": {},
-            "yanked": yanked,
-            "cksum": hashlib.sha256(f"{name}{vers}".encode()).hexdigest(),
-        }
-    )
+    return make_line(name, vers, yanked=yanked)
 
 
 def write_index(root: Path, name: str, lines: list[str]) -> None:
-    path = root / "index" / index_path(name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n")
+    write_crate(root, name, lines)
 
 
 def dump(url: str) -> list[list[dict[str, Any]]]:
@@ -48,17 +35,6 @@ def dump(url: str) -> list[list[dict[str, Any]]]:
         ]
     db.dispose()
     return result
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "250"}
-    return subprocess.run(
-        [sys.executable, "-m", "stagecrawl", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
 
 
 def test_unchanged_crates_cost_one_304_each_and_changes_only_what_changed(
@@ -91,13 +67,13 @@ def test_unchanged_crates_cost_one_304_each_and_changes_only_what_changed(
             "--db",
             db,
         ]
-        done = cli("crates", "crawl", *CRATES, *urls)
+        done = stagecrawl("crates", "crawl", *CRATES, *urls)
         assert done.returncode == 0, done.stderr
         before = dump(db)
         index.log.clear()
         api_origin.log.clear()
 
-        quiet = cli("crates", "refresh", *urls)
+        quiet = stagecrawl("crates", "refresh", *urls)
         assert quiet.returncode == 0, quiet.stderr
         assert len(index.log) == 200 and all(r.status == 304 for r in index.log)
         assert all("If-None-Match" in r.headers for r in index.log)
@@ -119,7 +95,7 @@ def test_unchanged_crates_cost_one_304_each_and_changes_only_what_changed(
             [index_line("steady-001", "1.0.0", yanked=True), index_line("steady-001", "1.1.0")],
         )
         index.log.clear()
-        changed = cli("crates", "refresh", *urls)
+        changed = stagecrawl("crates", "refresh", *urls)
         assert changed.returncode == 0, changed.stderr
         assert [r.path for r in api_origin.log] == ["/api/v1/crates/steady-000"]
         after = dump(db)

@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
-import os
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,12 +13,13 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from stagecrawl.crates.names import index_path
 from stagecrawl.engine.fetcher import Fetcher, FetchSettings
 from stagecrawl.engine.ratelimit import Rate
 from stagecrawl.engine.redis_limiter import RedisLimiter
 from stagecrawl.storage.db import Database
 from stagecrawl.testing.origin import TestOrigin
+from stagecrawl.testing.registry import index_line, write_crate
+from tests.cli import spawn, stagecrawl
 from tests.crates.conftest import MARIADB_URL, POSTGRES_URL, _drop_tables
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -32,41 +28,25 @@ CRATES = [f"fleet-{i:02d}" for i in range(24)]
 
 def build(root: Path) -> None:
     for name in CRATES:
-        lines = [
-            json.dumps(
-                {
-                    "name": name,
-                    "vers": f"1.{v}.0",
-                    "deps": [],
-                    "features": {},
-                    "cksum": hashlib.sha256(f"{name}{v}".encode()).hexdigest(),
-                    "yanked": v == 2,
-                }
-            )
-            for v in range(3)
-        ]
-        path = root / "index" / index_path(name)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("\n".join(lines) + "\n")
-        doc = root / "api" / "api" / "v1" / "crates" / name
-        doc.parent.mkdir(parents=True, exist_ok=True)
-        doc.write_text(
-            json.dumps(
-                {
-                    "crate": {"name": name, "description": f"{name} crate", "downloads": 7},
-                    "versions": [
-                        {
-                            "num": f"1.{v}.0",
-                            "license": "MIT",
-                            "created_at": "2024-05-06T07:08:09Z",
-                            "downloads": v,
-                        }
-                        for v in range(3)
-                    ],
-                    "keywords": [],
-                    "categories": [],
-                }
-            )
+        lines = [index_line(name, f"1.{v}.0", yanked=v == 2) for v in range(3)]
+        write_crate(
+            root,
+            name,
+            lines,
+            {
+                "crate": {"name": name, "description": f"{name} crate", "downloads": 7},
+                "versions": [
+                    {
+                        "num": f"1.{v}.0",
+                        "license": "MIT",
+                        "created_at": "2024-05-06T07:08:09Z",
+                        "downloads": v,
+                    }
+                    for v in range(3)
+                ],
+                "keywords": [],
+                "categories": [],
+            },
         )
     (root / "index" / "config.json").write_text('{"dl": "http://127.0.0.1/dl", "api": null}')
 
@@ -81,14 +61,6 @@ def fleet(tmp_path: Path) -> Iterator[tuple[TestOrigin, TestOrigin]]:
     yield index, api
     index.stop()
     api.stop()
-
-
-def cli(*args: str, wait: bool = True) -> Any:
-    env = {**os.environ, "COLUMNS": "250"}
-    command = [sys.executable, "-m", "stagecrawl", *args]
-    if wait:
-        return subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
 
 
 def versions(url: str) -> list[tuple[Any, ...]]:
@@ -146,12 +118,12 @@ def test_four_workers_one_killed_share_the_queue_and_the_limit(
     index, api = fleet
     urls = ["--index-url", index.url + "/", "--api-url", api.url + "/"]
     reference = f"sqlite:///{tmp_path / 'one.db'}"
-    single = cli("crates", "crawl", *CRATES, "--db", reference, *urls, "--api-rate", "5")
+    single = stagecrawl("crates", "crawl", *CRATES, "--db", reference, *urls, "--api-rate", "5")
     assert single.returncode == 0, single.stderr
     api.log.clear()
 
     _drop_tables(db_url)
-    seeded = cli("crates", "seed", *CRATES, "--db", db_url, *urls)
+    seeded = stagecrawl("crates", "seed", *CRATES, "--db", db_url, *urls)
     assert seeded.returncode == 0, seeded.stderr
     common = [
         "--db",
@@ -166,7 +138,7 @@ def test_four_workers_one_killed_share_the_queue_and_the_limit(
         "--concurrency",
         "2",
     ]
-    workers = [cli("crates", "collect", *common, wait=False) for _ in range(4)]
+    workers = [spawn("crates", "collect", *common) for _ in range(4)]
     time.sleep(2.0)
     workers[0].send_signal(signal.SIGKILL)  # dies holding leases
     codes = [w.wait(180) for w in workers]
@@ -191,11 +163,11 @@ def test_sqlite_refuses_a_second_worker_and_status_lists_the_first(
     index, api = fleet
     urls = ["--index-url", index.url + "/", "--api-url", api.url + "/"]
     db = f"sqlite:///{tmp_path / 'one.db'}"
-    assert cli("crates", "seed", *CRATES, "--db", db, *urls).returncode == 0
-    first = cli("crates", "collect", "--db", db, *urls, "--api-rate", "2", wait=False)
+    assert stagecrawl("crates", "seed", *CRATES, "--db", db, *urls).returncode == 0
+    first = spawn("crates", "collect", "--db", db, *urls, "--api-rate", "2")
     time.sleep(2.5)
-    second = cli("crates", "collect", "--db", db, *urls)
-    status = cli("status", "--db", db)
+    second = stagecrawl("crates", "collect", "--db", db, *urls)
+    status = stagecrawl("status", "--db", db)
     first.send_signal(signal.SIGINT)
     assert first.wait(60) == 130
     assert second.returncode == 2
