@@ -10,9 +10,8 @@ from sqlalchemy import create_engine, text
 from stagecrawl.crates.config import CratesConfig
 from stagecrawl.testing.origin import TestOrigin
 from tests.crates.registry import build_registry
+from tests.services import MARIADB_URL, POSTGRES_URL
 
-MARIADB_URL = "mysql+pymysql://root@127.0.0.1:3306/test"
-POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 TABLES = (
     "TB_COMP_LIB_RUST_LIST",
     "TB_COMP_LIB_VERSION_RUST",

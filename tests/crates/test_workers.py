@@ -20,9 +20,9 @@ from stagecrawl.storage.db import Database
 from stagecrawl.testing.origin import TestOrigin
 from stagecrawl.testing.registry import index_line, write_crate
 from tests.cli import spawn, stagecrawl
-from tests.crates.conftest import MARIADB_URL, POSTGRES_URL, _drop_tables
+from tests.crates.conftest import _drop_tables
+from tests.services import MARIADB_URL, POSTGRES_URL, REDIS_URL
 
-REDIS_URL = "redis://127.0.0.1:6379/0"
 CRATES = [f"fleet-{i:02d}" for i in range(24)]
 
 

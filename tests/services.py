@@ -1,0 +1,15 @@
+"""Where the tests find the real services they use. The defaults are the machine's (and CI's);
+the environment can point a second checkout at its own databases so two suites can run at once
+without dropping each other's tables."""
+
+from __future__ import annotations
+
+import os
+
+MARIADB_URL = os.environ.get(
+    "STAGECRAWL_TEST_MARIADB_URL", "mysql+pymysql://root@127.0.0.1:3306/test"
+)
+POSTGRES_URL = os.environ.get(
+    "STAGECRAWL_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+REDIS_URL = os.environ.get("STAGECRAWL_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
