@@ -19,6 +19,10 @@ class StorageError(StagecrawlError):
     """The database or an output store cannot be opened or written."""
 
 
+class LimiterUnavailable(StagecrawlError):
+    """The shared rate limit (Redis) went away mid-run: stop rather than pace blind."""
+
+
 class FetchError(StagecrawlError):
     """Base of the typed fetch errors: the request was not turned into usable content."""
 

@@ -12,11 +12,12 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from stagecrawl.engine.crawler import Crawler, CrawlSettings, JsonStoreSink
+from stagecrawl.engine.crawler import Crawler, JsonStoreSink
 from stagecrawl.engine.fetcher import Fetcher, FetchSettings
 from stagecrawl.engine.frontier import Frontier
 from stagecrawl.engine.jsonstore import JsonStore
 from stagecrawl.engine.request import Item, Request, canonical_url
+from stagecrawl.engine.work import LoopSettings
 from stagecrawl.testing.origin import TestOrigin
 from stagecrawl.testing.stages import FlatStage, LinkStage, write_link_pages
 
@@ -38,7 +39,7 @@ async def crawl(
             fetcher,
             JsonStoreSink({"pages": store}),
             frontier,
-            CrawlSettings(concurrency=concurrency, handle_signals=False),
+            LoopSettings(concurrency=concurrency),
         )
         summary = await crawler.run()
     store.close()
@@ -107,7 +108,7 @@ async def test_a_slow_sink_holds_the_crawl_back(origin: TestOrigin) -> None:
     origin.add("p", "payload")
     urls = [f"{origin.url}/p?n={n}" for n in range(300)]
     sink = SlowSink(origin)
-    settings = CrawlSettings(concurrency=8, commit_batch=4, handle_signals=False)
+    settings = LoopSettings(concurrency=8, commit_batch=4)
     async with Fetcher(FetchSettings()) as fetcher:
         crawler = Crawler(FlatStage(urls), fetcher, sink, Frontier(None), settings)
         await crawler.run()

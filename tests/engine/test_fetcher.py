@@ -14,6 +14,7 @@ from aiohttp import web
 from stagecrawl import __version__
 from stagecrawl.engine.clock import ScaledClock
 from stagecrawl.engine.fetcher import Fetcher, FetchSettings, Validators, require_contact
+from stagecrawl.engine.ratelimit import Lane, Lanes, LocalLimiter, Rate
 from stagecrawl.errors import (
     BodyTooLarge,
     ConfigError,
@@ -108,7 +109,7 @@ async def test_429_without_retry_after_backs_off_with_full_jitter(origin: TestOr
     result = await fetcher.get(origin.url + "/x.json")
     await fetcher.aclose()
     assert result.attempts == 3
-    assert fetcher.stats.rate_limited[origin.url] == 2
+    assert fetcher.stats.rate_limited[fetcher.lane(origin.url).name] == 2
 
 
 def test_full_jitter_spreads_over_the_whole_interval() -> None:
@@ -122,15 +123,48 @@ def test_full_jitter_spreads_over_the_whole_interval() -> None:
     asyncio.run(fetcher.aclose())
 
 
-async def test_exhausted_429_raises_rate_limited(origin: TestOrigin) -> None:
+async def test_a_429_storm_waits_its_turn_then_gives_up_at_max_retry_after(
+    origin: TestOrigin,
+) -> None:
     origin.add("x.json", {"ok": True})
-    origin.rule("/x.json", too_many=100)
-    fetcher = make(FetchSettings(retries=3, backoff_base=0.01))
+    origin.rule("/x.json", too_many=1000)
+    lanes = Lanes([Lane("x", origin.url + "/", Rate(4.0))])
+    clock = ScaledClock(1000.0)
+    settings = FetchSettings(retries=3, backoff_base=1.0, max_retry_after=120)
+    fetcher = Fetcher(settings, lanes, LocalLimiter(clock), clock, random.Random(3))
+    started = clock.monotonic()
     with pytest.raises(RateLimited) as caught:
         await fetcher.get(origin.url + "/x.json")
+    waited = clock.monotonic() - started
     await fetcher.aclose()
-    assert caught.value.attempts == 4
-    assert len(origin.requests_to("/x.json")) == 4
+    # Not cut short by the retry count (3): a rate-limited request keeps its turn while the
+    # lane slows down, for as long as max_retry_after allows, and no longer.
+    assert caught.value.attempts > 4
+    assert 60 <= waited <= 180
+    assert fetcher.limiter.current_rate(lanes.named("x")) == pytest.approx(0.25)  # the floor
+
+
+async def test_a_429_then_success_slows_the_lane_instead_of_failing(origin: TestOrigin) -> None:
+    origin.add("x.json", {"ok": True})
+    origin.rule("/x.json", too_many=6)
+    lanes = Lanes([Lane("x", origin.url + "/", Rate(8.0))])
+    clock = ScaledClock(500.0)
+    fetcher = Fetcher(FetchSettings(retries=1), lanes, LocalLimiter(clock), clock)
+    result = await fetcher.get(origin.url + "/x.json")
+    await fetcher.aclose()
+    assert result.status == 200 and result.attempts == 7  # 6 × 429 did not exhaust retries=1
+    assert fetcher.limiter.current_rate(lanes.named("x")) < 8.0
+
+
+async def test_a_trickling_body_is_cut_at_the_deadline(origin: TestOrigin) -> None:
+    origin.rule("/slow", trickle=0.2, body=b"x" * 1000)  # 1 byte per 0.2 s: never a read timeout
+    settings = FetchSettings(timeout=5.0, deadline=1.0, retries=0)
+    started = time.monotonic()
+    async with Fetcher(settings) as fetcher:
+        with pytest.raises(TransientError) as caught:
+            await fetcher.get(origin.url + "/slow")
+    assert time.monotonic() - started < 3.0
+    assert "deadline of 1s passed" in caught.value.reason
 
 
 async def test_5xx_is_retried_then_succeeds(origin: TestOrigin) -> None:
@@ -231,18 +265,30 @@ async def test_conditional_get_returns_not_modified(origin: TestOrigin) -> None:
     assert sent["If-None-Match"] == first.validators.etag
 
 
-async def test_token_goes_only_to_its_origin_never_after_redirect(
+async def test_a_token_goes_only_to_its_lane_never_after_redirect(
     origin: TestOrigin, other_origin: TestOrigin
 ) -> None:
-    other_origin.add("data.json", {"moved": True})
-    origin.add("own.json", {"own": True})
-    origin.rule("/data.json", redirect_to=other_origin.url)
-    settings = FetchSettings(tokens={origin.url: "s3cret-token"})
-    async with make(settings) as fetcher:
-        own = await fetcher.get(origin.url + "/own.json")
-        moved = await fetcher.get(origin.url + "/data.json")
-    assert own.json() == {"own": True}
+    other_origin.add("index/data.json", {"moved": True})
+    origin.add("index/own.json", {"own": True})
+    origin.add("api/x.json", {"api": True})
+    origin.rule("/index/data.json", redirect_to=other_origin.url)
+    # One host, two lanes: the index's token must never ride an API request.
+    lanes = Lanes(
+        [
+            Lane("index", origin.url + "/index/", None, token="s3cret-token"),
+            Lane("api", origin.url + "/", None),
+        ]
+    )
+    async with Fetcher(FetchSettings(), lanes) as fetcher:
+        own = await fetcher.get(origin.url + "/index/own.json", lane="index")
+        api = await fetcher.get(origin.url + "/api/x.json", lane="api")
+        moved = await fetcher.get(origin.url + "/index/data.json", lane="index")
+    assert own.json() == {"own": True} and api.json() == {"api": True}
     assert moved.json() == {"moved": True} and moved.url.startswith(other_origin.url)
-    assert origin.requests_to("/own.json")[0].headers["Authorization"] == "Bearer s3cret-token"
-    assert origin.requests_to("/data.json")[0].headers["Authorization"] == "Bearer s3cret-token"
-    assert "Authorization" not in other_origin.requests_to("/data.json")[0].headers
+    sent = origin.requests_to("/index/own.json")[0].headers
+    assert sent["Authorization"] == "Bearer s3cret-token"
+    assert (
+        origin.requests_to("/index/data.json")[0].headers["Authorization"] == "Bearer s3cret-token"
+    )
+    assert "Authorization" not in origin.requests_to("/api/x.json")[0].headers
+    assert "Authorization" not in other_origin.requests_to("/index/data.json")[0].headers

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import csv
 import io
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
-
-from rich.console import Console
 
 from stagecrawl.aircraft.stages import (
     MANUFACTURERS_QUERY,
@@ -20,12 +19,14 @@ from stagecrawl.aircraft.stages import (
     SpecsStage,
 )
 from stagecrawl.aircraft.wikidata import QUANTITY_FIELDS
-from stagecrawl.engine.crawler import Crawler, CrawlSettings, JsonStoreSink, Stage
+from stagecrawl.engine.crawler import Crawler, CrawlSummary, JsonStoreSink, Stage
 from stagecrawl.engine.fetcher import Fetcher, FetchSettings, require_contact
 from stagecrawl.engine.frontier import Frontier
 from stagecrawl.engine.jsonstore import JsonStore, atomic_write
-from stagecrawl.engine.progress import ProgressReporter, summary_table
-from stagecrawl.engine.ratelimit import LocalLimiter, Rate, origin_of
+from stagecrawl.engine.progress import ProgressReporter
+from stagecrawl.engine.ratelimit import Lane, Lanes, LocalLimiter, Rate
+from stagecrawl.engine.shutdown import GracefulStop
+from stagecrawl.engine.work import LoopSettings
 from stagecrawl.errors import ConfigError, StorageError
 
 DEFAULT_SPARQL_URL = "https://query.wikidata.org/sparql"
@@ -46,8 +47,9 @@ class AircraftConfig:
     sparql_rate: float = 1.0
     api_rate: float = 5.0
     concurrency: int = 2
+    fetch: FetchSettings | None = None  # the engine knobs; the contact is set from above
 
-    def fetcher(self) -> Fetcher:
+    def validate(self) -> None:
         for label, url in (("--sparql-url", self.sparql_url), ("--api-url", self.api_url)):
             parts = urlsplit(url)
             if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -57,13 +59,24 @@ class AircraftConfig:
                     FetchSettings(contact=self.contact),
                     "Wikimedia's User-Agent policy asks for a way to reach the operator",
                 )
-        limiter = LocalLimiter(
-            {
-                origin_of(self.sparql_url): Rate(self.sparql_rate),
-                origin_of(self.api_url): Rate(self.api_rate),
-            }
+        if not (self.sparql_rate > 0 and self.api_rate > 0):
+            raise ConfigError("rates must be positive")
+        if self.concurrency < 1 or self.batch < 1:
+            raise ConfigError("--concurrency and --batch must be at least 1")
+
+    def lanes(self) -> Lanes:
+        return Lanes(
+            [
+                Lane("sparql", self.sparql_url, Rate(self.sparql_rate)),
+                Lane("entities", self.api_url, Rate(self.api_rate)),
+            ]
         )
-        return Fetcher(FetchSettings(contact=self.contact), limiter=limiter)
+
+    def fetcher(self) -> Fetcher:
+        self.validate()
+        settings = self.fetch or FetchSettings()
+        settings.contact = self.contact
+        return Fetcher(settings, self.lanes(), LocalLimiter())
 
 
 def _stage(name: str, config: AircraftConfig, stores: dict[str, JsonStore]) -> Stage:
@@ -76,7 +89,36 @@ def _stage(name: str, config: AircraftConfig, stores: dict[str, JsonStore]) -> S
     return SpecsStage(config.api_url, todo, config.batch)
 
 
-async def run_aircraft(config: AircraftConfig, selected: str, console: Console, quiet: bool) -> int:
+@dataclass
+class AircraftReport:
+    passes: dict[str, CrawlSummary] = field(default_factory=dict)
+    stored: dict[str, int] = field(default_factory=dict)
+    requests: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def interrupted(self) -> bool:
+        return any(s.interrupted for s in self.passes.values())
+
+    @property
+    def problems(self) -> bool:
+        """Something is left on the retry ladder (or given up): the run did not finish."""
+        return any(s.ladder or s.gave_up for s in self.passes.values())
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "passes": {name: s.as_json() for name, s in self.passes.items()},
+            "stored": self.stored,
+            "requests": self.requests,
+        }
+
+
+async def run_aircraft(
+    config: AircraftConfig,
+    selected: str,
+    stop: GracefulStop,
+    progress: Callable[[str], ProgressReporter] | None = None,
+) -> AircraftReport:
+    """Run the selected passes; each pass crawls into its store with a frontier beside it."""
     out = config.out
     try:
         (out / ".stagecrawl").mkdir(parents=True, exist_ok=True)
@@ -84,36 +126,45 @@ async def run_aircraft(config: AircraftConfig, selected: str, console: Console, 
         raise StorageError(f"cannot write to {out}: {exc.strerror}") from None
     passes = PASSES if selected == "all" else (selected,)
     stores = {name: JsonStore(out / f"{name}.json") for name in PASSES}
-    errors = 0
-    async with config.fetcher() as fetcher:
-        for name in passes:
-            frontier_path = out / ".stagecrawl" / f"{name}.frontier.sqlite"
-            if config.refresh:
-                for leftover in frontier_path.parent.glob(f"{name}.frontier.sqlite*"):
-                    leftover.unlink()
-            frontier = Frontier(frontier_path)
-            sink = JsonStoreSink({name: stores[name]})
-            with ProgressReporter(f"aircraft {name}", console=console, quiet=quiet) as bar:
-                crawler = Crawler(
-                    _stage(name, config, stores),
-                    fetcher,
-                    sink,
-                    frontier,
-                    CrawlSettings(concurrency=config.concurrency),
-                    bar,
+    report = AircraftReport()
+    try:
+        async with config.fetcher() as fetcher:
+            for name in passes:
+                frontier_path = out / ".stagecrawl" / f"{name}.frontier.sqlite"
+                if config.refresh:
+                    for leftover in frontier_path.parent.glob(f"{name}.frontier.sqlite*"):
+                        leftover.unlink()
+                frontier = Frontier(frontier_path)
+                sink = JsonStoreSink({name: stores[name]})
+                bar = (
+                    progress(f"aircraft {name}") if progress else ProgressReporter(name, quiet=True)
                 )
-                summary = await crawler.run()
-            stores[name].checkpoint()
-            frontier.close()
-            rows = {f"{name} stored": len(stores[name]), **summary.as_rows()}
-            console.print(summary_table(f"aircraft {name}", rows))
-            errors += sum(summary.errors.values())
-            if summary.interrupted:
-                return 130
-    for store in stores.values():
-        store.close()
-    write_attribution(config)
-    return 1 if errors else 0
+                try:
+                    with bar:
+                        crawler = Crawler(
+                            _stage(name, config, stores),
+                            fetcher,
+                            sink,
+                            frontier,
+                            LoopSettings(concurrency=config.concurrency),
+                            bar,
+                            stop,
+                        )
+                        summary = await crawler.run()
+                finally:
+                    frontier.close()
+                stores[name].checkpoint()
+                report.passes[name] = summary
+                report.stored[name] = len(stores[name])
+                if summary.interrupted:
+                    break
+            report.requests = dict(fetcher.stats.requests)
+    finally:
+        for store in stores.values():
+            store.close()
+    if not report.interrupted:
+        write_attribution(config)
+    return report
 
 
 def write_attribution(config: AircraftConfig) -> None:
@@ -159,17 +210,17 @@ def export_csv(out: Path) -> Path:
         if record.get("missing"):
             continue
         row: dict[str, Any] = {"qid": key, "label": record.get("label")}
-        for field in CSV_FIELDS[2:]:
-            value = record.get(field)
+        for column in CSV_FIELDS[2:]:
+            value = record.get(column)
             if isinstance(value, list):
                 first = value[0] if value else None
                 if isinstance(first, dict):
                     first = first.get("value")
-                row[field] = (
-                    ";".join(value) if field in ("manufacturers", "engine_models") else first
+                row[column] = (
+                    ";".join(value) if column in ("manufacturers", "engine_models") else first
                 )
             else:
-                row[field] = value
+                row[column] = value
         writer.writerow(row)
     target = out / "specs.csv"
     atomic_write(target, buffer.getvalue().encode())

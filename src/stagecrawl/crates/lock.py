@@ -15,7 +15,6 @@ import hashlib
 import io
 import os
 import re
-import subprocess
 import tarfile
 import tempfile
 import tomllib
@@ -25,7 +24,9 @@ from pathlib import Path
 from stagecrawl.crates.client import CratesClient
 from stagecrawl.crates.config import DEFAULT_INDEX_URL
 from stagecrawl.crates.queue import NewEvent, register
-from stagecrawl.errors import InputError, NotFound
+from stagecrawl.engine.commands import CommandResult, CommandTimeout, run_command
+from stagecrawl.engine.shutdown import GracefulStop, Interrupted
+from stagecrawl.errors import FetchError, InputError, NotFound
 from stagecrawl.storage.db import Database
 
 CRATES_IO_SOURCES = frozenset(
@@ -35,6 +36,12 @@ CRATES_IO_SOURCES = frozenset(
     }
 )
 COMMITTED, GENERATED, LOCKFILE = "committed-lock", "generated-lock", "lockfile"
+LOCK_VERSIONS = (1, 2, 3, 4)  # v1 has no `version` key; v2 is implied by its layout
+# git may only talk these protocols: never `fd::`, `ext::` or other transports that run
+# commands or wait on a file descriptor.
+GIT_PROTOCOLS = "file:git:http:https:ssh"
+GIT_TIMEOUT = 600.0  # a clone of a large repository over a slow link
+CARGO_TIMEOUT = 600.0
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,12 @@ def parse_lockfile(text: str, where: str) -> list[LockedPackage]:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{where} is not a Cargo.lock: not TOML ({exc})") from None
+    version = document.get("version", 1)
+    if version not in LOCK_VERSIONS:
+        raise InputError(
+            f"{where}: Cargo.lock format version {version!r} is not one stagecrawl reads"
+            f" (it reads {', '.join(map(str, LOCK_VERSIONS))})"
+        )
     packages = document.get("package")
     if not isinstance(packages, list) or not packages:
         raise InputError(f"{where} is not a Cargo.lock: it has no [[package]] entries")
@@ -78,13 +91,22 @@ def external_crates(packages: list[LockedPackage]) -> list[LockedPackage]:
     return sorted(seen.values(), key=lambda p: (p.name, p.version))
 
 
-def _run(
+async def _run(
     args: list[str],
+    what: str,
     cwd: Path | None = None,
     env: dict[str, str] | None = None,
-    timeout: float = 600,
-) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, timeout=timeout, check=False)
+    timeout: float = GIT_TIMEOUT,
+    stop: GracefulStop | None = None,
+) -> CommandResult:
+    base = env if env is not None else dict(os.environ)
+    env = {**base, "GIT_ALLOW_PROTOCOL": GIT_PROTOCOLS, "GIT_TERMINAL_PROMPT": "0"}
+    try:
+        return await run_command(args, timeout=timeout, cwd=cwd, env=env, stop=stop)
+    except CommandTimeout as exc:
+        raise InputError(f"{what}: {exc}") from None
+    except FileNotFoundError:
+        raise InputError(f"{what}: {args[0]} is not installed") from None
 
 
 def _last_error_line(stderr: bytes) -> str:
@@ -98,43 +120,54 @@ def _last_error_line(stderr: bytes) -> str:
 class GitRepo:
     """A bare clone in the cache, reused (and fetched) by later runs."""
 
-    def __init__(self, location: str, cache_dir: Path) -> None:
+    def __init__(self, location: str, cache_dir: Path, stop: GracefulStop | None = None) -> None:
         self.location = location
+        self.stop = stop
         local = Path(location).expanduser()
         self.source = str(local.resolve()) if local.exists() else location
         digest = hashlib.sha256(self.source.encode()).hexdigest()[:16]
         self.label = re.sub(r"\.git$", "", self.source.rstrip("/").rsplit("/", 1)[-1]) or "repo"
         self.path = cache_dir.resolve() / "repos" / f"{self.label}-{digest}.git"
 
-    def sync(self) -> None:
+    async def _git(self, *args: str, what: str) -> CommandResult:
+        return await _run(["git", *args], what, stop=self.stop)
+
+    async def sync(self) -> None:
+        what = f"cannot clone {self.location}"
         if (self.path / "HEAD").exists():
-            done = _run(
-                [
-                    "git",
-                    "--git-dir",
-                    str(self.path),
-                    "fetch",
-                    "--quiet",
-                    "--force",
-                    "--tags",
-                    "origin",
-                    "+refs/heads/*:refs/heads/*",
-                ]
+            done = await self._git(
+                "--git-dir",
+                str(self.path),
+                "fetch",
+                "--quiet",
+                "--force",
+                "--tags",
+                "origin",
+                "+refs/heads/*:refs/heads/*",
+                what=what,
             )
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            done = _run(["git", "clone", "--quiet", "--bare", self.source, str(self.path)])
+            # `--` : a location that starts with a dash is a path, never an option
+            done = await self._git(
+                "clone", "--quiet", "--bare", "--", self.source, str(self.path), what=what
+            )
         if done.returncode != 0:
-            raise InputError(f"cannot clone {self.location}: {_last_error_line(done.stderr)}")
+            raise InputError(f"{what}: {_last_error_line(done.stderr)}")
 
-    def tags(self) -> list[str]:
-        done = _run(["git", "--git-dir", str(self.path), "tag", "--list"])
+    async def tags(self) -> list[str]:
+        done = await self._git("--git-dir", str(self.path), "tag", "--list", what="git tag")
         return sorted(t for t in done.stdout.decode().splitlines() if t)
 
-    def export(self, tag: str, destination: Path) -> None:
+    async def export(self, tag: str, destination: Path) -> None:
         """The tree at `tag`, written into `destination` (no work tree juggling)."""
-        done = _run(
-            ["git", "--git-dir", str(self.path), "archive", "--format=tar", f"refs/tags/{tag}"]
+        done = await self._git(
+            "--git-dir",
+            str(self.path),
+            "archive",
+            "--format=tar",
+            f"refs/tags/{tag}",
+            what=f"export of tag {tag}",
         )
         if done.returncode != 0:
             raise InputError(f"tag {tag} not found in {self.location}")
@@ -170,7 +203,9 @@ def cargo_home(cache_dir: Path, index_url: str) -> Path:
     return home
 
 
-def resolve_tree(tree: Path, home: Path, where: str) -> tuple[str, str]:
+async def resolve_tree(
+    tree: Path, home: Path, where: str, stop: GracefulStop | None = None
+) -> tuple[str, str]:
     """(Cargo.lock text, RESOLVE_KIND) for an exported tree."""
     committed = tree / "Cargo.lock"
     if committed.is_file():
@@ -178,18 +213,25 @@ def resolve_tree(tree: Path, home: Path, where: str) -> tuple[str, str]:
     if not (tree / "Cargo.toml").is_file():
         raise InputError(f"{where}: no Cargo.toml at the top of the tree")
     env = {**os.environ, "CARGO_HOME": str(home), "CARGO_TERM_COLOR": "never"}
-    done = _run(["cargo", "generate-lockfile", "--quiet"], cwd=tree, env=env)
+    done = await _run(
+        ["cargo", "generate-lockfile", "--quiet"],
+        f"{where}: cargo generate-lockfile",
+        cwd=tree,
+        env=env,
+        timeout=CARGO_TIMEOUT,
+        stop=stop,
+    )
     if done.returncode != 0 or not committed.is_file():
         raise InputError(f"{where}: cargo could not resolve: {_last_error_line(done.stderr)}")
     return committed.read_text(encoding="utf-8"), GENERATED
 
 
-def lock_at_tag(repo: GitRepo, tag: str, home: Path) -> tuple[list[LockedPackage], str]:
+async def lock_at_tag(repo: GitRepo, tag: str, home: Path) -> tuple[list[LockedPackage], str]:
     where = f"{repo.label}@{tag}"
     with tempfile.TemporaryDirectory(prefix="stagecrawl-tag-") as tmp:
         tree = Path(tmp)
-        repo.export(tag, tree)
-        text, kind = resolve_tree(tree, home, where)
+        await repo.export(tag, tree)
+        text, kind = await resolve_tree(tree, home, where, repo.stop)
     return parse_lockfile(text, f"{where} Cargo.lock"), kind
 
 
@@ -203,17 +245,20 @@ class TagReport:
     not_found: tuple[str, ...] = ()
     crates: frozenset[str] = frozenset()
     error: str | None = None
+    index_failed: dict[str, str] | None = None
 
 
 async def register_lock(
     db: Database,
-    client: CratesClient,
+    client: CratesClient | None,
     report: TagReport,
     packages: list[LockedPackage],
     pinned_only: bool,
+    stop: GracefulStop | None = None,
 ) -> None:
     """Register the events one lock asks for, tagged with its label: every version of each
-    crate it names (from the index, yanked flagged), or with `pinned_only` just the pins."""
+    crate it names (from the index, yanked flagged), or with `pinned_only` just the pins,
+    from the lock file alone (the collect that follows asks the index, the authority)."""
     external = external_crates(packages)
     report.packages = len(packages)
     report.crates = frozenset(p.name for p in external)
@@ -223,20 +268,37 @@ async def register_lock(
         pins.setdefault(package.name, set()).add(package.version)
     events: list[NewEvent] = []
     missing: list[str] = []
+    failed: dict[str, str] = {}
     for name, versions in sorted(pins.items()):
+        if pinned_only or client is None:
+            events += [
+                NewEvent(name, vers, "lock", False, report.kind, (report.label,))
+                for vers in sorted(versions)
+            ]
+            continue
+        if stop is not None and stop.requested:
+            raise Interrupted("lock registration stopped")
         try:
             entry = await client.index(name)
         except NotFound:
             missing.append(name)
             continue
+        except FetchError as exc:
+            # Not lost: its pins are registered, and collect asks the index again.
+            failed[name] = str(exc)
+            events += [
+                NewEvent(name, vers, "lock", False, report.kind, (report.label,))
+                for vers in sorted(versions)
+            ]
+            continue
         yanked = {v.vers: v.yanked for v in entry.versions}
-        chosen = sorted(versions) if pinned_only else [v.vers for v in entry.versions]
         events += [
             NewEvent(
                 entry.real_name, vers, "lock", yanked.get(vers, False), report.kind, (report.label,)
             )
-            for vers in chosen
+            for vers in [v.vers for v in entry.versions]
         ]
     counts = await asyncio.to_thread(register, db, events)
     report.new_events = counts.new
     report.not_found = tuple(missing)
+    report.index_failed = failed

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,9 +20,11 @@ from stagecrawl.crates.client import IndexEntry
 from stagecrawl.crates.index import IndexFormatError, parse_index_file
 from stagecrawl.crates.names import index_path, product_key
 from stagecrawl.crates.queue import NewEvent, register, utcnow
+from stagecrawl.crates.rows import LANGUAGE, REPOSITORY, index_state_row
 from stagecrawl.crates.semver import latest_version
-from stagecrawl.crates.worker import LANGUAGE, REPOSITORY, index_state_row
 from stagecrawl.engine.fetcher import Fetcher, Validators
+from stagecrawl.engine.shutdown import GracefulStop
+from stagecrawl.engine.work import LoopSettings, MemoryQueue, WorkLoop
 from stagecrawl.errors import FetchError, NotFound
 from stagecrawl.storage.db import Database, upsert
 
@@ -36,6 +39,22 @@ class RefreshReport:
     yanked_changes: int = 0
     gone: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
+    interrupted: bool = False
+    not_checked: int = 0  # left when a stop came; the next refresh asks them
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "checked": self.checked,
+            "not_modified": self.not_modified,
+            "same_content": self.unchanged_body,
+            "changed": self.changed,
+            "new_events": self.new_events,
+            "yanked_changes": self.yanked_changes,
+            "gone": sorted(self.gone),
+            "failed": dict(sorted(self.failed.items())),
+            "interrupted": self.interrupted,
+            "not_checked": self.not_checked,
+        }
 
 
 def known_crates(db: Database, names: list[str] | None) -> list[dict[str, Any]]:
@@ -48,40 +67,56 @@ def known_crates(db: Database, names: list[str] | None) -> list[dict[str, Any]]:
 
 
 async def refresh(
-    db: Database, fetcher: Fetcher, index_url: str, names: list[str] | None, concurrency: int = 16
+    db: Database,
+    fetcher: Fetcher,
+    index_url: str,
+    names: list[str] | None,
+    stop: GracefulStop | None = None,
+    concurrency: int = 16,
 ) -> RefreshReport:
+    """Ask the index about every known crate (or `names`), on the work loop."""
     report = RefreshReport()
     base = index_url.rstrip("/") + "/"
-    semaphore = asyncio.Semaphore(concurrency)
 
-    async def one(state: dict[str, Any]) -> None:
-        async with semaphore:
+    async def check(state: dict[str, Any]) -> IndexEntry | None:
+        validators = Validators(state["ETAG"], state["LAST_MODIFIED"])
+        try:
+            result = await fetcher.get(
+                base + index_path(state["NAME"]), lane="index", validators=validators
+            )
+        except NotFound:
+            report.gone.append(state["NAME"])
+            return None
+        except FetchError as exc:
+            report.failed[state["NAME"]] = str(exc)
+            return None
+        finally:
             report.checked += 1
-            validators = Validators(state["ETAG"], state["LAST_MODIFIED"])
-            try:
-                result = await fetcher.get(base + index_path(state["NAME"]), validators=validators)
-            except NotFound:
-                report.gone.append(state["NAME"])
-                return
-            except FetchError as exc:
-                report.failed[state["NAME"]] = str(exc)
-                return
-            if result.not_modified:
-                report.not_modified += 1
-                return
-            digest = hashlib.sha256(result.content).hexdigest()
-            if digest == state["CONTENT_SHA256"]:
-                report.unchanged_body += 1
-                return
-            try:
-                versions = parse_index_file(result.content)
-            except IndexFormatError as exc:
-                report.failed[state["NAME"]] = str(exc)
-                return
-            entry = IndexEntry(versions[-1].name, versions, result.validators, digest)
-            await asyncio.to_thread(_apply_change, db, entry, report)
+        if result.not_modified:
+            report.not_modified += 1
+            return None
+        digest = hashlib.sha256(result.content).hexdigest()
+        if digest == state["CONTENT_SHA256"]:
+            report.unchanged_body += 1
+            return None
+        try:
+            versions = parse_index_file(result.content)
+        except IndexFormatError as exc:
+            report.failed[state["NAME"]] = str(exc)
+            return None
+        return IndexEntry(versions[-1].name, versions, result.validators, digest)
 
-    await asyncio.gather(*(one(s) for s in known_crates(db, names)))
+    def commit(entries: Sequence[IndexEntry | None]) -> None:
+        for entry in entries:
+            if entry is not None:
+                _apply_change(db, entry, report)
+
+    known = await asyncio.to_thread(known_crates, db, names)
+    queue: MemoryQueue[dict[str, Any], IndexEntry | None] = MemoryQueue(known, commit)
+    loop = WorkLoop(queue, check, LoopSettings(concurrency=concurrency), stop)
+    stats = await loop.run()
+    report.interrupted = stats.interrupted
+    report.not_checked = queue.released + len(known) - stats.claimed
     report.changed.sort()
     return report
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import json
 import shutil
 import subprocess
 import zipfile
@@ -21,15 +20,16 @@ from pathlib import Path
 from rich.console import Console
 
 from stagecrawl.aircraft.run import AircraftConfig, run_aircraft
+from stagecrawl.crates import pipeline
 from stagecrawl.crates.client import CratesClient
 from stagecrawl.crates.config import CratesConfig
 from stagecrawl.crates.licenses import backfill
-from stagecrawl.crates.lock import GitRepo, TagReport, cargo_home, lock_at_tag, register_lock
 from stagecrawl.crates.osv import ImportReport, import_advisories, read_advisories
-from stagecrawl.crates.worker import Collector, CollectSettings, seed_crates
+from stagecrawl.crates.worker import CollectSettings
 from stagecrawl.demo.registry import build_mirror
 from stagecrawl.demo.wikidata import install
 from stagecrawl.engine.progress import ProgressReporter, summary_table
+from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.errors import InputError
 from stagecrawl.storage.db import Database
 from stagecrawl.testing.origin import TestOrigin
@@ -140,7 +140,7 @@ def make_app_repo(path: Path) -> None:
         git("tag", tag)
 
 
-async def run_demo(out: Path, console: Console, quiet: bool) -> int:
+async def run_demo(out: Path, console: Console, quiet: bool, stop: GracefulStop) -> int:
     out = out.resolve()
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -153,6 +153,7 @@ async def run_demo(out: Path, console: Console, quiet: bool) -> int:
     db_path = out / "stagecrawl.db"
     db_path.unlink(missing_ok=True)
     db = Database(f"sqlite:///{db_path}")
+    code = 0
     with TestOrigin(out / "mirror" / "index") as index, TestOrigin(out / "mirror" / "api") as api:
         api.add("osv/crates.io/all.zip", osv_zip())
         config = CratesConfig(
@@ -165,36 +166,47 @@ async def run_demo(out: Path, console: Console, quiet: bool) -> int:
         console.print(f"[bold]demo mirror[/] index {index.url}  API {api.url}  (127.0.0.1 only)")
         async with config.make_fetcher() as fetcher:
             client = CratesClient(fetcher, config.index_url, config.api_url)
-            seeded = await seed_crates(db, client, SEEDS)
+            seeded = await pipeline.seed(db, client, SEEDS, stop)
+            assert seeded.seed is not None
             console.print(
-                f"1. seed {', '.join(SEEDS)}: {seeded.counts.new} events "
-                f"({', '.join(sorted(seeded.crates))})"
+                f"1. seed {', '.join(SEEDS)}: {seeded.seed.counts.new} events "
+                f"({', '.join(sorted(seeded.seed.crates))})"
             )
             repo_dir = out / "demo-app"
+            if stop.requested:
+                return stop.exit_code
             if shutil.which("git"):
                 make_app_repo(repo_dir)
-                repo = GitRepo(str(repo_dir), out / "cache")
-                await asyncio.to_thread(repo.sync)
-                home = cargo_home(out / "cache", config.index_url)
-                for tag in repo.tags():
-                    report = TagReport(f"{repo.label}@{tag}")
-                    packages, report.kind = await asyncio.to_thread(lock_at_tag, repo, tag, home)
-                    await register_lock(db, client, report, packages, pinned_only=False)
+                cache = out / "cache"
+                inputs = await pipeline.lock_inputs(
+                    str(repo_dir), [], None, True, None, None, cache, stop
+                )
+                locked = await pipeline.lock(
+                    db, client, inputs, cache, config.index_url, False, stop
+                )
+                for report in locked.tags:
                     console.print(
                         f"2. lock {report.label}: {report.external} crates from its "
                         f"{report.kind}, {report.new_events} new events"
                     )
             else:
                 console.print("2. lock: skipped, git is not installed")
+            if stop.requested:
+                return stop.exit_code
             with ProgressReporter("3. collect", console=console, quiet=quiet) as progress:
-                collector = Collector(db, client, CollectSettings(handle_signals=False), progress)
-                summary = await collector.run()
+                collected = await pipeline.collect(
+                    db, client, CollectSettings(), stop, progress=progress
+                )
+            summary = collected.collect
+            assert summary is not None
             console.print(
                 f"3. collect: {summary.outcomes[1]} versions of {summary.crates} "
                 f"crates, {summary.yanked} yanked, 429s seen: "
-                f"{sum(fetcher.stats.rate_limited.values())}, "
+                f"{sum(collected.rate_limited.values())}, "
                 f"{summary.wall_seconds:.1f}s"
             )
+            if stop.requested:
+                return stop.exit_code
         licensed = await asyncio.to_thread(backfill, db, True)
         console.print(
             f"4. licenses: {licensed.matched} of {licensed.rows} versions matched "
@@ -218,14 +230,17 @@ async def run_demo(out: Path, console: Console, quiet: bool) -> int:
             wikidata.url + "/w/api.php",
             contact="stagecrawl-demo@localhost",
         )
-        code = await run_aircraft(aircraft, "all", console, quiet)
-        stored = {
-            name: len(json.loads((out / "aircraft" / f"{name}.json").read_text()))
-            for name in ("manufacturers", "models", "specs")
-        }
+        flown = await run_aircraft(
+            aircraft,
+            "all",
+            stop,
+            lambda title: ProgressReporter(title, console=console, quiet=quiet),
+        )
+        code = 1 if flown.problems else 0
         console.print(
-            f"6. aircraft: {stored['manufacturers']} manufacturers, {stored['models']} models,"
-            f" {stored['specs']} specifications (exit {code})"
+            f"6. aircraft: {flown.stored.get('manufacturers', 0)} manufacturers,"
+            f" {flown.stored.get('models', 0)} models,"
+            f" {flown.stored.get('specs', 0)} specifications (exit {code})"
         )
     console.print(
         summary_table(
@@ -243,4 +258,4 @@ async def run_demo(out: Path, console: Console, quiet: bool) -> int:
         console.print(f'  # {what}\n  sqlite3 {db_path} "{sql}"', highlight=False)
     console.print(f"  stagecrawl crates audit hyper --db sqlite:///{db_path}", soft_wrap=True)
     db.dispose()
-    return 0
+    return stop.exit_code if stop.requested else code

@@ -7,14 +7,20 @@ bench/engine.py measured a bare aiohttp loop 8-10x faster than a bare httpx loop
 keep-alive connections that costs nothing measurable against the index or the API at the rates
 stagecrawl is allowed to use.
 
+Send path, outermost first: `get`/`post_json` (retries, 429 handling) → `_follow` (redirects,
+each hop paced) → `_exchange` (one HTTP exchange under the total deadline, size limits).
+
 The retry ladder is hand-written rather than delegated to tenacity or stamina: a 429 must pause
-the whole origin (every waiter, not only the request that saw it) through the shared limiter,
-a Retry-After larger than the allowed maximum must fail at once instead of being shortened, and
-both libraries cap total retry time by default in ways that cut a long Retry-After short.
+the whole host (every waiter, not only the request that saw it) through the shared limiter and
+slow the lane down, a rate-limited request waits its turn for as long as `max_retry_after`
+allows instead of counting attempts, a Retry-After larger than that fails at once instead of
+being shortened, and both libraries cap total retry time by default in ways that cut a long
+Retry-After short.
 """
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import json
 import random
@@ -30,7 +36,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 from stagecrawl import __version__
 from stagecrawl.engine.clock import Clock, RealClock
-from stagecrawl.engine.ratelimit import LocalLimiter, OriginLimiter, origin_of
+from stagecrawl.engine.ratelimit import Lane, Lanes, Limiter, LocalLimiter, WaitTooLong, origin_of
 from stagecrawl.errors import (
     BodyTooLarge,
     ConfigError,
@@ -50,18 +56,17 @@ REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 class FetchSettings:
     """Fetcher settings with their documented defaults (see docs/operations.md)."""
 
-    timeout: float = 15.0
-    retries: int = 3
+    timeout: float = 15.0  # connect, and each read: a stalled socket
+    deadline: float = 60.0  # one whole exchange: connect + headers + body
+    download_deadline: float = 3600.0  # one whole streamed download (a database dump)
+    retries: int = 3  # transient failures retried after the first attempt
     backoff_base: float = 1.0
     backoff_cap: float = 60.0
-    max_retry_after: float = 600.0
+    max_retry_after: float = 600.0  # the most one request waits on 429s and cooldowns
     max_body_bytes: int = 64 * MiB
     max_redirects: int = 5
     max_connections: int = 64
     contact: str | None = None
-    # origin ("https://host") -> bearer token; sent to that origin only, never after a redirect
-    # to another host. Filled from environment variables by the pipelines, never from files.
-    tokens: dict[str, str] = field(default_factory=dict)
 
     def user_agent(self) -> str:
         if self.contact:
@@ -125,11 +130,23 @@ def parse_retry_after(value: str | None, now_wall: float) -> float | None:
 
 @dataclass
 class FetchStats:
+    """Counters by lane name (requests, 429s, retries, bytes) and statuses by host."""
+
     requests: Counter[str] = field(default_factory=Counter)
     statuses: dict[str, Counter[int]] = field(default_factory=lambda: defaultdict(Counter))
     rate_limited: Counter[str] = field(default_factory=Counter)
     retries: Counter[str] = field(default_factory=Counter)
     bytes: Counter[str] = field(default_factory=Counter)
+
+
+@dataclass
+class _Request:
+    method: str
+    url: str
+    lane: Lane
+    validators: Validators | None = None
+    headers: dict[str, str] | None = None
+    json_body: Any = None
 
 
 class Fetcher:
@@ -138,16 +155,17 @@ class Fetcher:
     def __init__(
         self,
         settings: FetchSettings | None = None,
-        limiter: OriginLimiter | None = None,
+        lanes: Lanes | None = None,
+        limiter: Limiter | None = None,
         clock: Clock | None = None,
         rng: random.Random | None = None,
     ) -> None:
         self.settings = settings or FetchSettings()
         self.clock = clock or RealClock()
-        self.limiter: OriginLimiter = limiter or LocalLimiter(clock=self.clock)
+        self.lanes = lanes or Lanes(default=None)
+        self.limiter: Limiter = limiter or LocalLimiter(clock=self.clock)
         self.rng = rng or random.Random()
         self.stats = FetchStats()
-        self._tokens = {origin_of(k): v for k, v in self.settings.tokens.items()}
         self._session: aiohttp.ClientSession | None = None
 
     @property
@@ -175,19 +193,21 @@ class Fetcher:
         if self._session is not None:
             await self._session.close()
             self._session = None
-        closer = getattr(self.limiter, "aclose", None)
-        if closer is not None:
-            await closer()
+        await self.limiter.aclose()
 
     def backoff(self, retry_number: int) -> float:
         """Full jitter: uniform(0, min(cap, base * 2**n)), so concurrent retries decorrelate."""
         s = self.settings
         return self.rng.uniform(0.0, min(s.backoff_cap, s.backoff_base * 2**retry_number))
 
+    def lane(self, url: str, name: str | None = None) -> Lane:
+        return self.lanes.named(name) if name else self.lanes.for_url(url)
+
     async def get(
         self,
         url: str,
         *,
+        lane: str | None = None,
         validators: Validators | None = None,
         headers: dict[str, str] | None = None,
         allow_empty: bool = False,
@@ -197,22 +217,41 @@ class Fetcher:
 
         `rate_limited` lets an origin that signals overload inside a 200 (Wikimedia's maxlag
         error) be treated exactly like a 429: cooldown, Retry-After, the same ladder."""
-        settings = self.settings
-        attempts = 0
+        request = _Request("GET", url, self.lane(url, lane), validators, headers)
+        return await self._retrying(request, allow_empty, rate_limited)
+
+    async def post_json(self, url: str, payload: Any, *, lane: str | None = None) -> FetchResult:
+        """POST a JSON body (a classifier call): the same lane, pacing and retries as `get`."""
+        request = _Request("POST", url, self.lane(url, lane), json_body=payload)
+        return await self._retrying(request, False, None)
+
+    async def _retrying(
+        self,
+        request: _Request,
+        allow_empty: bool,
+        rate_limited: Callable[[FetchResult], bool] | None,
+    ) -> FetchResult:
+        settings, clock, lane = self.settings, self.clock, request.lane
+        attempts = failures = limited = 0
+        first_limited: float | None = None  # when this request first met a 429
         while True:
             attempts += 1
             status: int | None = None
             retry_after: float | None = None
             reason = ""
-            final_url = url
+            final_url = request.url
+            max_wait = None
+            if first_limited is not None:
+                max_wait = max(0.0, settings.max_retry_after - (clock.monotonic() - first_limited))
             try:
-                final_url, response_status, response_headers, body = await self._follow(
-                    url, validators, headers
-                )
-                status = response_status
+                final_url, status, response_headers, body = await self._follow(request, max_wait)
+            except WaitTooLong as exc:
+                raise RateLimited(
+                    url=request.url, attempts=attempts, retry_after=exc.seconds
+                ) from None
             except (aiohttp.ClientError, TimeoutError) as exc:
-                # connection errors, timeouts, truncated bodies, dropped connections
-                reason = type(exc).__name__
+                # connection errors, timeouts, the deadline, truncated bodies, dropped connections
+                reason = type(exc).__name__ if str(exc) == "" else f"{type(exc).__name__}: {exc}"
             else:
                 if 200 <= status < 300:
                     if not body and not allow_empty:
@@ -229,96 +268,138 @@ class Fetcher:
                     raise HttpError(url=final_url, status=status)
                 if status in (429, 503):
                     retry_after = parse_retry_after(
-                        response_headers.get("retry-after"), self.clock.wall()
+                        response_headers.get("retry-after"), clock.wall()
                     )
-                    if retry_after is not None and retry_after > settings.max_retry_after:
-                        # Do not sleep a shortened time and do not hammer: give up now.
-                        await self.limiter.pause(origin_of(final_url), retry_after)
-                        raise RateLimited(url=final_url, attempts=attempts, retry_after=retry_after)
-            origin = origin_of(final_url)
+            host = origin_of(final_url)
             if status == 429:
-                self.stats.rate_limited[origin] += 1
-            if attempts > settings.retries:
-                if status == 429:
-                    raise RateLimited(url=final_url, attempts=attempts, retry_after=retry_after)
+                # Rate limited: wait our turn for as long as max_retry_after allows.
+                self.stats.rate_limited[lane.name] += 1
+                limited += 1
+                now = clock.monotonic()
+                first_limited = now if first_limited is None else first_limited
+                spent = now - first_limited
+                if retry_after is not None:
+                    if spent + retry_after > settings.max_retry_after:
+                        # Never sleep a shortened time, never hammer: give up now, and keep
+                        # the host paused so the other requests fail fast too.
+                        await self.limiter.pause(host, retry_after)
+                        raise RateLimited(url=final_url, attempts=attempts, retry_after=retry_after)
+                    await self.limiter.pause(host, retry_after)
+                else:
+                    await self.limiter.slow_down(lane)
+                    await self.limiter.pause(host, self.backoff(limited - 1))
+                self.stats.retries[lane.name] += 1
+                continue
+            failures += 1
+            if failures > settings.retries:
                 raise TransientError(
                     url=final_url, attempts=attempts, last_status=status, reason=reason
                 )
-            self.stats.retries[origin] += 1
-            delay = retry_after if retry_after is not None else self.backoff(attempts - 1)
-            if status == 429 or retry_after is not None:
-                # The origin told us to slow down: every request to it waits, not only this one.
-                await self.limiter.pause(origin, delay)
+            self.stats.retries[lane.name] += 1
+            if retry_after is not None and retry_after <= settings.max_retry_after:
+                await self.limiter.pause(host, retry_after)  # a 503 that says when
             else:
-                await self.clock.sleep(delay)
+                await clock.sleep(self.backoff(failures - 1))
 
-    async def download(self, url: str, destination: Path, max_bytes: int) -> int:
-        """Stream a large body (a database dump) to a file: polite like `get`, never held in
-        memory. One attempt; errors are typed like `get`'s."""
-        origin = origin_of(url)
-        await self.limiter.acquire(origin)
-        self.stats.requests[origin] += 1
+    async def download(
+        self, url: str, destination: Path, max_bytes: int, *, lane: str | None = None
+    ) -> int:
+        """Stream a large body (a database dump) to a file: paced like `get`, never held in
+        memory, bounded by `download_deadline`. One attempt; errors are typed like `get`'s."""
+        chosen = self.lane(url, lane)
+        await self.limiter.acquire(chosen, origin_of(url), self.settings.max_retry_after)
+        self.stats.requests[chosen.name] += 1
         size = 0
+        headers = self._auth(chosen, url)
         try:
-            async with self.session.get(url) as response:
-                if response.status in NOT_FOUND_STATUSES:
-                    raise NotFound(url=url, status=response.status)
-                if response.status >= 400:
-                    raise HttpError(url=url, status=response.status)
-                with open(destination, "wb") as handle:
-                    async for chunk in response.content.iter_chunked(1 << 20):
-                        size += len(chunk)
-                        if size > max_bytes:
-                            raise BodyTooLarge(url=url, limit=max_bytes)
-                        handle.write(chunk)
-        except (aiohttp.ClientError, TimeoutError) as exc:
+            async with asyncio.timeout(self.settings.download_deadline):
+                async with self.session.get(url, headers=headers) as response:
+                    if response.status in NOT_FOUND_STATUSES:
+                        raise NotFound(url=url, status=response.status)
+                    if response.status >= 400:
+                        raise HttpError(url=url, status=response.status)
+                    with open(destination, "wb") as handle:
+                        async for chunk in response.content.iter_chunked(1 << 20):
+                            size += len(chunk)
+                            if size > max_bytes:
+                                raise BodyTooLarge(url=url, limit=max_bytes)
+                            handle.write(chunk)
+        except TimeoutError:
+            raise TransientError(
+                url=url, attempts=1, last_status=None, reason="download deadline passed"
+            ) from None
+        except aiohttp.ClientError as exc:
             raise TransientError(url=url, attempts=1, last_status=None, reason=str(exc)) from None
+        except WaitTooLong as exc:
+            raise RateLimited(url=url, attempts=1, retry_after=exc.seconds) from None
         if size == 0:
             raise EmptyBody(url=url)
         return size
 
+    def _auth(self, lane: Lane, url: str) -> dict[str, str]:
+        """The lane's token, only for URLs inside the lane (never another lane on the same
+        host, never a redirect target elsewhere)."""
+        if lane.token and lane.covers(url):
+            return {"Authorization": f"Bearer {lane.token}"}
+        return {}
+
     async def _follow(
-        self, url: str, validators: Validators | None, extra: dict[str, str] | None
+        self, request: _Request, max_wait: float | None
     ) -> tuple[str, int, CIMultiDictProxy[str], bytes]:
-        current = url
+        current = request.url
         for _hop in range(self.settings.max_redirects + 1):
-            status, headers, body = await self._send(current, validators, extra)
+            await self.limiter.acquire(request.lane, origin_of(current), max_wait)
+            status, headers, body = await self._exchange(request, current)
             if status not in REDIRECT_STATUSES:
                 return current, status, headers, body
             location = headers.get("location")
             if not location:
                 raise HttpError(url=current, status=status, detail="redirect without Location")
             current = urljoin(current, location)
-        raise HttpError(url=url, status=310, detail="too many redirects")
+        raise HttpError(url=request.url, status=310, detail="too many redirects")
 
-    async def _send(
-        self, url: str, validators: Validators | None, extra: dict[str, str] | None
+    async def _exchange(
+        self, request: _Request, url: str
     ) -> tuple[int, CIMultiDictProxy[str], bytes]:
-        origin = origin_of(url)
-        await self.limiter.acquire(origin)
-        headers: dict[str, str] = dict(extra or {})
-        token = self._tokens.get(origin)
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
+        """One HTTP exchange, bounded as a whole by the deadline (a trickling body included)."""
+        lane = request.lane
+        headers: dict[str, str] = {**(request.headers or {}), **self._auth(lane, url)}
+        validators = request.validators
         if validators is not None:
             if validators.etag:
                 headers["If-None-Match"] = validators.etag
             if validators.last_modified:
                 headers["If-Modified-Since"] = validators.last_modified
-        self.stats.requests[origin] += 1
+        self.stats.requests[lane.name] += 1
         limit = self.settings.max_body_bytes
-        async with self.session.get(url, headers=headers, allow_redirects=False) as response:
-            self.stats.statuses[origin][response.status] += 1
-            declared = response.headers.get("content-length")
-            if declared is not None and declared.isdigit() and int(declared) > limit:
-                raise BodyTooLarge(url=url, limit=limit)
-            chunks: list[bytes] = []
-            size = 0
-            # decoded chunks: the limit holds after decompression too
-            async for chunk in response.content.iter_chunked(65536):
-                size += len(chunk)
-                if size > limit:
+        host = origin_of(url)
+        deadline = asyncio.timeout(self.settings.deadline)
+        try:
+            async with (
+                deadline,
+                self.session.request(
+                    request.method,
+                    url,
+                    headers=headers,
+                    json=request.json_body,
+                    allow_redirects=False,
+                ) as response,
+            ):
+                self.stats.statuses[host][response.status] += 1
+                declared = response.headers.get("content-length")
+                if declared is not None and declared.isdigit() and int(declared) > limit:
                     raise BodyTooLarge(url=url, limit=limit)
-                chunks.append(chunk)
-            self.stats.bytes[origin] += size
-            return response.status, response.headers, b"".join(chunks)
+                chunks: list[bytes] = []
+                size = 0
+                # decoded chunks: the limit holds after decompression too
+                async for chunk in response.content.iter_chunked(65536):
+                    size += len(chunk)
+                    if size > limit:
+                        raise BodyTooLarge(url=url, limit=limit)
+                    chunks.append(chunk)
+                self.stats.bytes[lane.name] += size
+                return response.status, response.headers, b"".join(chunks)
+        except TimeoutError:
+            if deadline.expired():
+                raise TimeoutError(f"deadline of {self.settings.deadline:g}s passed") from None
+            raise

@@ -1,27 +1,44 @@
-"""The persistent frontier: every request the crawl knows, and how far it got.
+"""The persistent frontier: every request a crawl knows, how far it got, and its retry ladder.
 
 SQLite (stdlib) in WAL mode, one file beside the output. A request is `pending`, `inflight`
-(claimed by this run), `done` or `failed`. Completing a request and inserting the requests it
+(claimed by this run), `done`, `failed` (on the ladder: `attempts` so far and the last `error`)
+or `gave_up` (after `max_attempts`). Completing a request and inserting the requests it
 produced happen in one transaction, so a crash at any point leaves each request either still to
-do or done with all its children recorded. On open, `inflight` rows from a dead run go back to
-`pending`. A lock file keeps a second process off the same frontier.
+do or done with all its children recorded.
+
+Opening the frontier starts a run: `inflight` rows from a dead run go back to `pending`, and
+so do `failed` rows — the next try of a failed request is the next run (a run never retries
+what failed during it). A lock file keeps a second process off the same frontier.
+
+`FrontierQueue` puts it behind the engine's work-loop contract (engine/work.py), together with
+the sink the items go to; every call runs on one dedicated thread, off the event loop.
 """
 
 from __future__ import annotations
 
-import fcntl
+import asyncio
+import contextlib
 import json
-import os
 import sqlite3
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import Any, Protocol, TypeVar
 
-from stagecrawl.engine.request import Request
+from stagecrawl.engine.filelock import exclusive
+from stagecrawl.engine.request import Item, Request
 from stagecrawl.errors import StorageError
 
-PENDING, INFLIGHT, DONE, FAILED = 0, 1, 2, 3
+PENDING, INFLIGHT, DONE, FAILED, GAVE_UP = 0, 1, 2, 3, 4
+STATE_NAMES = {
+    PENDING: "pending",
+    INFLIGHT: "in flight",
+    DONE: "done",
+    FAILED: "failed (retried next run)",
+    GAVE_UP: "given up",
+}
+MAX_ATTEMPTS = 6
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS requests (
@@ -37,6 +54,7 @@ CREATE TABLE IF NOT EXISTS requests (
 );
 CREATE INDEX IF NOT EXISTS ix_requests_state ON requests (state, seq);
 """
+T = TypeVar("T")
 
 
 @dataclass
@@ -47,49 +65,45 @@ class Completion:
 
 
 class Frontier:
-    def __init__(self, path: Path | str | None = None) -> None:
+    def __init__(self, path: Path | str | None = None, max_attempts: int = MAX_ATTEMPTS) -> None:
         """`path=None` keeps the frontier in memory (no resume)."""
         self.path = Path(path) if path is not None else None
-        self._lock_handle: IO[str] | None = None
+        self.max_attempts = max_attempts
+        self._lock = contextlib.ExitStack()
         if self.path is not None:
-            self._take_lock()
+            self._lock.enter_context(
+                exclusive(
+                    self.path.with_name(self.path.name + ".lock"),
+                    f"another stagecrawl process is using {self.path}; wait for it or stop it",
+                )
+            )
         try:
             self.db = sqlite3.connect(
-                str(self.path) if self.path else ":memory:", isolation_level=None
+                str(self.path) if self.path else ":memory:",
+                isolation_level=None,
+                check_same_thread=False,  # FrontierQueue serialises every call on one thread
             )
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.executescript(SCHEMA)
+            columns = {row[1] for row in self.db.execute("PRAGMA table_info(requests)")}
+            if "attempts" not in columns:  # a frontier written before the ladder existed
+                self.db.execute(
+                    "ALTER TABLE requests ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0"
+                )
         except sqlite3.Error as exc:
+            self._lock.close()
             raise StorageError(f"cannot open frontier {self.path}: {exc}") from exc
         self.resumed = self.db.execute(
             "UPDATE requests SET state = ? WHERE state = ?", (PENDING, INFLIGHT)
         ).rowcount
-
-    def _take_lock(self) -> None:
-        assert self.path is not None
-        lock_path = self.path.with_name(self.path.name + ".lock")
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            handle = open(lock_path, "w")  # noqa: SIM115 - held for the frontier's lifetime
-        except OSError as exc:
-            raise StorageError(f"cannot create {lock_path}: {exc.strerror}") from exc
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.close()
-            raise StorageError(
-                f"another stagecrawl process is using {self.path}; wait for it or stop it"
-            ) from None
-        handle.write(str(os.getpid()))
-        handle.flush()
-        self._lock_handle = handle
+        self.retried = self.db.execute(
+            "UPDATE requests SET state = ? WHERE state = ?", (PENDING, FAILED)
+        ).rowcount
 
     def close(self) -> None:
         self.db.close()
-        if self._lock_handle is not None:
-            self._lock_handle.close()
-            self._lock_handle = None
+        self._lock.close()
 
     @staticmethod
     def _row(request: Request) -> tuple[str, str, str, str, str | None, str | None]:
@@ -119,13 +133,12 @@ class Frontier:
             return []
         with self._transaction():
             rows = self.db.execute(
-                "SELECT seq, key, url, callback, meta, etag, last_modified FROM requests"
-                " WHERE state = ? ORDER BY seq LIMIT ?",
-                (PENDING, limit),
+                "UPDATE requests SET state = ? WHERE seq IN (SELECT seq FROM requests"
+                " WHERE state = ? ORDER BY seq LIMIT ?)"
+                " RETURNING seq, key, url, callback, meta, etag, last_modified",
+                (INFLIGHT, PENDING, limit),
             ).fetchall()
-            self.db.executemany(
-                "UPDATE requests SET state = ? WHERE seq = ?", [(INFLIGHT, r[0]) for r in rows]
-            )
+        rows.sort()
         return [
             Request(
                 url=r[2],
@@ -139,7 +152,8 @@ class Frontier:
         ]
 
     def complete(self, completions: Sequence[Completion]) -> int:
-        """Record outcomes and their child requests atomically; returns new children added."""
+        """Record outcomes and their child requests atomically; returns new children added.
+        A failure climbs the ladder: `failed` until `max_attempts`, then `gave_up`."""
         with self._transaction():
             before = self.db.total_changes
             children = [self._row(c) for done in completions for c in done.children]
@@ -149,9 +163,16 @@ class Frontier:
                 children,
             )
             added = self.db.total_changes - before
+            done = [(c.request.key,) for c in completions if c.error is None]
+            failed = [(c.error, c.request.key) for c in completions if c.error is not None]
             self.db.executemany(
-                "UPDATE requests SET state = ?, error = ? WHERE key = ?",
-                [(FAILED if c.error else DONE, c.error, c.request.key) for c in completions],
+                f"UPDATE requests SET state = {DONE}, error = NULL WHERE key = ?", done
+            )
+            self.db.executemany(
+                "UPDATE requests SET attempts = attempts + 1, error = ?,"
+                f" state = CASE WHEN attempts + 1 >= {self.max_attempts} THEN {GAVE_UP}"
+                f" ELSE {FAILED} END WHERE key = ?",
+                failed,
             )
         return added
 
@@ -166,6 +187,23 @@ class Frontier:
     def counts(self) -> dict[int, int]:
         return dict(self.db.execute("SELECT state, COUNT(*) FROM requests GROUP BY state"))
 
+    def pending(self) -> int:
+        row = self.db.execute(
+            "SELECT COUNT(*) FROM requests WHERE state = ?", (PENDING,)
+        ).fetchone()
+        return int(row[0])
+
+    def ladder(self, limit: int = 10) -> list[tuple[str, int, int, str]]:
+        """Failed and given-up requests: (url, state, attempts, last error), newest first."""
+        return [
+            (str(r[0]), int(r[1]), int(r[2]), str(r[3] or ""))
+            for r in self.db.execute(
+                "SELECT url, state, attempts, error FROM requests WHERE state IN (?, ?)"
+                " ORDER BY seq DESC LIMIT ?",
+                (FAILED, GAVE_UP, limit),
+            )
+        ]
+
     def _transaction(self) -> _Tx:
         return _Tx(self.db)
 
@@ -179,3 +217,90 @@ class _Tx:
 
     def __exit__(self, exc_type: object, *rest: object) -> None:
         self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+
+
+class Sink(Protocol):
+    def write(self, items: Sequence[Item]) -> None: ...
+
+    def flush(self) -> None:
+        """Make every item written so far durable."""
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class CrawlResult:
+    """What one request produced: items for the sink, new requests, or the error."""
+
+    request: Request
+    items: list[Item]
+    children: list[Request]
+    error: str | None = None
+
+
+class FrontierQueue:
+    """The frontier and its sink behind the work-loop contract: a batch of results becomes
+    one sink write + flush, then one frontier transaction (items are durable before their
+    request is marked done; sinks upsert by key, so a redone request writes the same item)."""
+
+    def __init__(self, frontier: Frontier, sink: Sink) -> None:
+        self.frontier = frontier
+        self.sink = sink
+        self.items = 0
+        self.duplicates = 0
+        self.children_added = 0
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="frontier")
+
+    async def _call(self, function: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._thread, function, *args)
+
+    async def add(self, requests: Sequence[Request]) -> int:
+        added: int = await self._call(self.frontier.add, requests)
+        self.duplicates += len(requests) - added
+        return added
+
+    async def claim(self, limit: int) -> list[Request]:
+        claimed: list[Request] = await self._call(self.frontier.claim, limit)
+        return claimed
+
+    async def complete(self, results: Sequence[CrawlResult]) -> None:
+        await self._call(self._complete, results)
+
+    def _complete(self, results: Sequence[CrawlResult]) -> None:
+        items = [item for r in results for item in r.items]
+        if items:
+            self.sink.write(items)
+            self.sink.flush()
+        offered = sum(len(r.children) for r in results)
+        added = self.frontier.complete(
+            [Completion(r.request, r.children, r.error) for r in results]
+        )
+        self.items += len(items)
+        self.duplicates += offered - added
+        self.children_added += added
+
+    async def release(self, units: Sequence[Request]) -> None:
+        await self._call(self.frontier.release, [u.key for u in units])
+
+    async def pending(self) -> int:
+        pending: int = await self._call(self.frontier.pending)
+        return pending
+
+    async def ladder(self, limit: int) -> list[tuple[str, int, int, str]]:
+        ladder: list[tuple[str, int, int, str]] = await self._call(self.frontier.ladder, limit)
+        return ladder
+
+    async def is_empty(self) -> bool:
+        return await self.pending() == 0
+
+    async def is_finished(self) -> bool:
+        # One process per frontier (the lock file): what is not pending is done, on the
+        # ladder for the next run, or ours in flight, which the loop accounts for.
+        return await self.is_empty()
+
+    async def counts(self) -> dict[int, int]:
+        counts: dict[int, int] = await self._call(self.frontier.counts)
+        return counts
+
+    def close(self) -> None:
+        self._thread.shutdown(wait=True)

@@ -1,22 +1,44 @@
-"""Per-origin rate limits and the shared 429 cooldown.
+"""Pacing by lane: one token bucket per configured endpoint, one 429 cooldown per host.
 
-Hand-written on purpose: aiolimiter and pyrate-limiter give a token bucket but no origin-wide
-cooldown that a 429 can extend for every waiter at once, and neither takes an injectable clock.
-The algorithm is GCRA (the "virtual scheduling" form of a token bucket): each grant pushes a
-theoretical arrival time forward by one interval, so grants are spaced evenly and the origin never
-sees more than `burst + rate * t` requests in any window of t seconds. The same two numbers per
-origin (next arrival time, cooldown end) fit in a Redis hash, which is what a shared limiter for
-several processes stores (see `OriginLimiter`).
+A *lane* is an endpoint the pipeline configured (the sparse index, the API, a SPARQL endpoint, a
+download URL): a base URL with its own rate, burst and budgets. Requests are paced per lane, not
+per host, because a self-hosted or proxy registry serves the index and the API from one host
+with a different limit on each path. A 429 from a host pauses every lane on that host (the host
+told us to slow down, whichever path it was), and when the pause ends each lane's bucket is
+empty: waiters resume one interval apart, never as a herd.
+
+Three mechanisms act together in `acquire`:
+- GCRA (the generic cell rate algorithm, a token bucket kept as one "theoretical arrival time")
+  spaces grants `1/rate` apart with at most `burst` back to back; burst 1 is the default.
+- Budgets: hard windows such as crates.io's "about 600 API requests per 10 minutes", kept as a
+  sliding log of grant times, so the count in any window is exact.
+- Adaptive pacing (AIMD): a 429 that names no Retry-After halves the lane's rate, down to a
+  floor; after a quiet period without 429 the rate climbs back additively to its nominal value.
+
+Why not pyrate-limiter: it has multi-rate buckets and a Redis backend, but no shared host
+cooldown that extends for every waiter at once and empties the buckets when it ends, and no
+adaptive rate; bolting those on beside its buckets would split one decision over two stores.
+The GCRA here and its Lua twin in redis_limiter.py keep all of it in one atomic step.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from dataclasses import dataclass
+import logging
+import math
+import re
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Protocol
 from urllib.parse import urlsplit
 
 from stagecrawl.engine.clock import Clock, RealClock
+
+log = logging.getLogger("stagecrawl.pacing")
+
+# Grants are spaced 2% wider than nominal so that network jitter between us and the origin
+# cannot squeeze one request too many into one of the origin's windows.
+DEFAULT_MARGIN = 0.02
 
 
 @dataclass(frozen=True)
@@ -27,8 +49,8 @@ class Rate:
     burst: int = 1
 
     def __post_init__(self) -> None:
-        if self.per_second <= 0:
-            raise ValueError("rate must be positive")
+        if not self.per_second > 0 or math.isinf(self.per_second):
+            raise ValueError("rate must be a positive number")
         if self.burst < 1:
             raise ValueError("burst must be at least 1")
 
@@ -37,8 +59,35 @@ class Rate:
         return 1.0 / self.per_second
 
 
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "": 1.0}
+
+
+@dataclass(frozen=True)
+class Budget:
+    """At most `limit` requests in any window of `window` seconds."""
+
+    limit: int
+    window: float
+
+    def __post_init__(self) -> None:
+        if self.limit < 1 or not self.window > 0:
+            raise ValueError("a budget needs a limit ≥ 1 and a window > 0")
+
+    @classmethod
+    def parse(cls, text: str) -> Budget:
+        """`600/600s`, `600/10m`, `5000/1h` (a bare number of seconds works too)."""
+        match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
+        if not match:
+            raise ValueError(f"a budget is LIMIT/WINDOW such as 600/600s or 600/10m, not {text!r}")
+        limit, amount, unit = match.groups()
+        return cls(int(limit), float(amount) * _UNITS[unit])
+
+    def text(self) -> str:
+        return f"{self.limit}/{self.window:g}s"
+
+
 def origin_of(url: str) -> str:
-    """`scheme://host[:port]`, lowercased, default ports dropped: the unit of politeness."""
+    """`scheme://host[:port]`, lowercased, default ports dropped: the unit of a 429 cooldown."""
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     host = (parts.hostname or "").lower()
@@ -48,65 +97,242 @@ def origin_of(url: str) -> str:
     return f"{scheme}://{host}:{port}"
 
 
-class OriginLimiter(Protocol):
-    """What the fetcher needs from a limiter; a Redis-backed one implements the same calls."""
+def _prefix(url: str) -> str:
+    parts = urlsplit(url)
+    path = parts.path if parts.path.endswith("/") else parts.path + "/"
+    return origin_of(url) + path
 
-    async def acquire(self, origin: str) -> None:
-        """Wait until the origin is out of cooldown and a token is free, then take it."""
+
+@dataclass(frozen=True)
+class Lane:
+    """One configured endpoint: the requests under `url`, paced together.
+
+    `rate=None` leaves the lane unpaced (benchmarks and loopback tests only). `token` is sent
+    as a bearer token on this lane's requests only, never to another lane on the same host and
+    never after a redirect out of the lane."""
+
+    name: str
+    url: str
+    rate: Rate | None = Rate(1.0)
+    budgets: tuple[Budget, ...] = ()
+    min_rate: float | None = None  # AIMD floor; default: 1/16 of the nominal rate
+    token: str | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def origin(self) -> str:
+        return origin_of(self.url)
+
+    @property
+    def prefix(self) -> str:
+        return _prefix(self.url)
+
+    def covers(self, url: str) -> bool:
+        return (origin_of(url) + (urlsplit(url).path or "/")).startswith(self.prefix)
+
+    @property
+    def floor(self) -> float | None:
+        if self.rate is None:
+            return None
+        return self.min_rate if self.min_rate is not None else self.rate.per_second / 16
+
+
+class Lanes:
+    """The lanes of a run, and which one a URL belongs to (the longest matching base URL).
+
+    A URL under no configured lane (a redirect target, an ad-hoc download) gets a lane of its
+    own per host, paced at `default`."""
+
+    def __init__(self, lanes: Iterable[Lane] = (), default: Rate | None = Rate(1.0)) -> None:
+        self._lanes: dict[str, Lane] = {}
+        for lane in lanes:
+            self.add(lane)
+        self.default = default
+        self._adhoc: dict[str, Lane] = {}
+
+    def add(self, lane: Lane) -> None:
+        if lane.name in self._lanes:
+            raise ValueError(f"two lanes named {lane.name!r}")
+        self._lanes[lane.name] = lane
+
+    def __iter__(self) -> Iterator[Lane]:
+        return iter([*self._lanes.values(), *self._adhoc.values()])
+
+    def named(self, name: str) -> Lane:
+        return self._lanes[name]
+
+    def for_url(self, url: str) -> Lane:
+        best: Lane | None = None
+        for lane in self._lanes.values():
+            if lane.covers(url) and (best is None or len(lane.prefix) > len(best.prefix)):
+                best = lane
+        if best is not None:
+            return best
+        origin = origin_of(url)
+        if origin not in self._adhoc:
+            self._adhoc[origin] = Lane(origin.split("//", 1)[-1], origin + "/", self.default)
+        return self._adhoc[origin]
+
+
+@dataclass(frozen=True)
+class Adaptive:
+    """AIMD settings: halve on a 429 without Retry-After, add back after quiet periods."""
+
+    quiet_period: float = 60.0  # seconds without a 429 before the rate climbs one step
+    recover_step: float = 0.1  # fraction of the nominal rate added per quiet period
+
+
+class WaitTooLong(Exception):
+    """The lane or its host asks for a longer wait than the caller may spend."""
+
+    def __init__(self, seconds: float, why: str) -> None:
+        super().__init__(f"{why}: {seconds:.0f}s")
+        self.seconds = seconds
+        self.why = why
+
+
+class Limiter(Protocol):
+    """What the fetcher needs from a limiter; the Redis-backed one implements the same calls."""
+
+    async def acquire(self, lane: Lane, origin: str, max_wait: float | None = None) -> float:
+        """Wait until `origin` is out of cooldown and `lane` has a token and budget left, then
+        take them; returns the seconds waited. Raises WaitTooLong, without waiting, when the
+        wait would exceed `max_wait`."""
 
     async def pause(self, origin: str, seconds: float) -> None:
-        """Put the whole origin in cooldown for at least `seconds` from now."""
+        """Put the whole host in cooldown for at least `seconds` from now."""
+
+    async def slow_down(self, lane: Lane) -> float | None:
+        """A 429 without Retry-After: halve the lane's rate; returns the new rate if changed."""
 
     async def cooldown_remaining(self, origin: str) -> float: ...
 
+    def current_rate(self, lane: Lane) -> float | None: ...
+
+    async def aclose(self) -> None: ...
+
+
+def describe_change(lane: Lane, rate: float, slowed: bool, why: str) -> None:
+    """One log line per change of a lane's rate."""
+    verb = "slowed" if slowed else "back"
+    log.warning("%s lane %s to %s/s %s", lane.name, verb, f"{rate:.3g}", why)
+
+
+@dataclass
+class _LaneState:
+    rate: float | None  # the current (possibly slowed) rate
+    tat: float = float("-inf")  # GCRA theoretical arrival time
+    last_decrease: float = float("-inf")
+    quiet_since: float = float("-inf")  # last 429 or recovery step
+    logs: list[deque[float]] = field(default_factory=list)  # one per budget
+
 
 class LocalLimiter:
-    """In-process limiter: one GCRA bucket and one cooldown per origin."""
+    """In-process limiter: a GCRA bucket, budgets and an adaptive rate per lane, and a cooldown
+    per host. There is no await between a check and its update, so two tasks on one event
+    loop never take the same slot."""
 
     def __init__(
         self,
-        rates: dict[str, Rate] | None = None,
-        default: Rate | None = None,
         clock: Clock | None = None,
-        margin: float = 0.02,
+        margin: float = DEFAULT_MARGIN,
+        adaptive: Adaptive | None = None,
     ) -> None:
-        # Grants are spaced 2% wider than the nominal interval so that network jitter between
-        # us and the origin cannot squeeze rate+1 arrivals into one of the origin's windows.
         self.margin = margin
-        self._rates = {origin_of(k) if "://" in k else k: v for k, v in (rates or {}).items()}
-        self._default = default
+        self.adaptive = adaptive or Adaptive()
         self._clock = clock or RealClock()
-        self._next_arrival: dict[str, float] = defaultdict(lambda: float("-inf"))
-        self._cooldown_until: dict[str, float] = defaultdict(lambda: float("-inf"))
+        self._lanes: dict[str, _LaneState] = {}
+        self._cooldown_until: dict[str, float] = {}
 
-    def rate_for(self, origin: str) -> Rate | None:
-        return self._rates.get(origin, self._default)
+    def _state(self, lane: Lane) -> _LaneState:
+        state = self._lanes.get(lane.name)
+        if state is None:
+            state = _LaneState(lane.rate.per_second if lane.rate else None)
+            state.logs = [deque(maxlen=b.limit) for b in lane.budgets]
+            self._lanes[lane.name] = state
+        return state
 
-    async def acquire(self, origin: str) -> None:
+    def current_rate(self, lane: Lane) -> float | None:
+        return self._state(lane).rate
+
+    def _recover(self, lane: Lane, state: _LaneState, now: float) -> None:
+        if lane.rate is None or state.rate is None or state.rate >= lane.rate.per_second:
+            return
+        steps = math.floor((now - state.quiet_since) / self.adaptive.quiet_period)
+        if steps <= 0:
+            return
+        nominal = lane.rate.per_second
+        state.rate = min(nominal, state.rate + steps * self.adaptive.recover_step * nominal)
+        state.quiet_since += steps * self.adaptive.quiet_period
+        describe_change(
+            lane, state.rate, False, f"after {steps * self.adaptive.quiet_period:.0f}s without 429"
+        )
+
+    def _wait_for(self, lane: Lane, origin: str, now: float) -> tuple[float, str]:
+        """Seconds until a grant is possible (0 = now) and what holds it back."""
+        state = self._state(lane)
+        cooldown = self._cooldown_until.get(origin, float("-inf"))
+        if cooldown > now:
+            return cooldown - now, f"{origin} is cooling down after a 429"
+        self._recover(lane, state, now)
+        wait, why = 0.0, f"{lane.name} lane rate"
+        if state.rate is not None and lane.rate is not None:
+            interval = (1.0 / state.rate) * (1 + self.margin)
+            # The bucket is empty when a cooldown ends: waiters resume one interval apart.
+            tat = max(state.tat, now, cooldown + (lane.rate.burst - 1) * interval)
+            wait = tat - (lane.rate.burst - 1) * interval - now
+        for budget, grants in zip(lane.budgets, state.logs, strict=True):
+            if len(grants) >= budget.limit:
+                until = grants[0] + budget.window * (1 + self.margin) - now
+                if until > wait:
+                    wait, why = until, f"{lane.name} lane budget {budget.text()} spent"
+        return max(0.0, wait), why
+
+    def _grant(self, lane: Lane, origin: str, now: float) -> None:
+        state = self._state(lane)
+        if state.rate is not None and lane.rate is not None:
+            interval = (1.0 / state.rate) * (1 + self.margin)
+            cooldown = self._cooldown_until.get(origin, float("-inf"))
+            tat = max(state.tat, now, cooldown + (lane.rate.burst - 1) * interval)
+            state.tat = tat + interval
+        for grants in state.logs:
+            grants.append(now)
+
+    async def acquire(self, lane: Lane, origin: str, max_wait: float | None = None) -> float:
         clock = self._clock
+        started = clock.monotonic()
         while True:
             now = clock.monotonic()
-            cooldown = self._cooldown_until[origin] - now
-            if cooldown > 0:
-                await clock.sleep(cooldown)
-                continue
-            rate = self.rate_for(origin)
-            if rate is None:
-                break
-            interval = rate.interval * (1 + self.margin)
-            tat = max(self._next_arrival[origin], now)
-            allowed_at = tat - (rate.burst - 1) * interval
-            if now >= allowed_at:
-                # No await between the check and the update: the event loop cannot interleave
-                # another acquire here, so two tasks never take the same slot.
-                self._next_arrival[origin] = tat + interval
-                break
-            await clock.sleep(allowed_at - now)
+            wait, why = self._wait_for(lane, origin, now)
+            if wait <= 0:
+                self._grant(lane, origin, now)
+                return now - started
+            if max_wait is not None and (now - started) + wait > max_wait:
+                raise WaitTooLong(wait, why)
+            await clock.sleep(wait)
 
     async def pause(self, origin: str, seconds: float) -> None:
         until = self._clock.monotonic() + seconds
-        if until > self._cooldown_until[origin]:
+        if until > self._cooldown_until.get(origin, float("-inf")):
             self._cooldown_until[origin] = until
 
+    async def slow_down(self, lane: Lane) -> float | None:
+        state = self._state(lane)
+        if state.rate is None or lane.rate is None:
+            return None
+        now = self._clock.monotonic()
+        state.quiet_since = now
+        floor = lane.floor or state.rate
+        # One halving per burst of 429s: the requests already granted at the old rate answer
+        # within about two of the new intervals, and they must not halve it again.
+        if now - state.last_decrease < 2.0 / state.rate or state.rate <= floor:
+            return None
+        state.rate = max(floor, state.rate / 2)
+        state.last_decrease = now
+        describe_change(lane, state.rate, True, "after 429")
+        return state.rate
+
     async def cooldown_remaining(self, origin: str) -> float:
-        return max(0.0, self._cooldown_until[origin] - self._clock.monotonic())
+        return max(0.0, self._cooldown_until.get(origin, float("-inf")) - self._clock.monotonic())
+
+    async def aclose(self) -> None:
+        return None

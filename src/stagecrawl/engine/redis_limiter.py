@@ -1,84 +1,168 @@
-"""The per-origin limiter shared by every process through Redis.
+"""The lane limiter shared by every process through Redis.
 
-Same algorithm as `LocalLimiter` (GCRA plus a cooldown), run as atomic Lua scripts so that
-any number of workers on any number of machines share one bucket per origin: the origin sees at
-most the configured rate across all of them together. Time comes from the Redis server (`TIME`)
-so the machines' clocks need not agree. Written here rather than taken from pyrate-limiter
-because the 429 cooldown must live in the same key and extend for every waiter at once.
+The same decisions as `LocalLimiter` (GCRA per lane, sliding-window budgets, AIMD, one cooldown
+per host that empties the buckets when it ends), run as atomic Lua scripts so that any number
+of workers on any number of machines share one bucket per lane: the origin sees at most the
+configured rate across all of them together. Time comes from the Redis server (`TIME`), so the
+machines' clocks need not agree; `time_scale` runs that time faster for tests (every process of
+a test must use the same scale). See ratelimit.py for why this is not pyrate-limiter.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import redis.asyncio as aioredis
 
 from stagecrawl.engine.clock import Clock, RealClock
-from stagecrawl.engine.ratelimit import Rate, origin_of
-from stagecrawl.errors import ConfigError
+from stagecrawl.engine.ratelimit import (
+    DEFAULT_MARGIN,
+    Adaptive,
+    Lane,
+    WaitTooLong,
+    describe_change,
+)
+from stagecrawl.errors import ConfigError, LimiterUnavailable
 
-# Returns how many milliseconds to wait (0 = a token was taken).
-_ACQUIRE = """
+log = logging.getLogger("stagecrawl.pacing")
+
+_NOW = """
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-local cool = tonumber(redis.call('HGET', KEYS[1], 'cool') or '0')
-if cool > now then return tostring(cool - now) end
-local interval = tonumber(ARGV[1])
-if interval <= 0 then return '0' end
-local burst = tonumber(ARGV[2])
-local tat = tonumber(redis.call('HGET', KEYS[1], 'tat') or '0')
-if tat < now then tat = now end
-local allowed = tat - (burst - 1) * interval
-if now >= allowed then
-  redis.call('HSET', KEYS[1], 'tat', tostring(tat + interval))
-  redis.call('PEXPIRE', KEYS[1], math.ceil(tat + interval - now + 3600000))
-  return '0'
-end
-return tostring(allowed - now)
+local scale = tonumber(ARGV[1])
+local now = (tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000) * scale
 """
 
-_PAUSE = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-local cool = tonumber(redis.call('HGET', KEYS[1], 'cool') or '0')
-local until_ = now + tonumber(ARGV[1])
+# KEYS: lane hash, host hash, one list per budget (newest grant first).
+# ARGV: scale, nominal rate/s (0 = unpaced), burst, margin, quiet ms, recover step, n budgets,
+#       then limit and window ms per budget.
+# Returns {wait ms, why, new rate if it changed here else ''}.
+_ACQUIRE = (
+    _NOW
+    + """
+local nominal = tonumber(ARGV[2])
+local burst = tonumber(ARGV[3])
+local margin = tonumber(ARGV[4])
+local keep = 3600000
+local cool = tonumber(redis.call('HGET', KEYS[2], 'cool') or '-1e300')
+if cool > now then return {tostring(cool - now), 'cooldown', ''} end
+local wait, why, changed = 0, 'rate', ''
+local tat, interval = 0, 0
+if nominal > 0 then
+  local rate = tonumber(redis.call('HGET', KEYS[1], 'rate') or ARGV[2])
+  if rate > nominal then rate = nominal end
+  if rate < nominal then
+    local quiet = tonumber(redis.call('HGET', KEYS[1], 'quiet') or '0')
+    local period = tonumber(ARGV[5])
+    local steps = math.floor((now - quiet) / period)
+    if steps > 0 then
+      rate = math.min(nominal, rate + steps * tonumber(ARGV[6]) * nominal)
+      redis.call('HSET', KEYS[1], 'rate', tostring(rate), 'quiet', tostring(quiet + steps * period))
+      changed = tostring(rate)
+    end
+  end
+  interval = 1000 / rate * (1 + margin)
+  tat = tonumber(redis.call('HGET', KEYS[1], 'tat') or '0')
+  if tat < now then tat = now end
+  local after_cool = cool + (burst - 1) * interval
+  if tat < after_cool then tat = after_cool end
+  wait = tat - (burst - 1) * interval - now
+end
+local n = tonumber(ARGV[7])
+for i = 1, n do
+  local limit = tonumber(ARGV[6 + 2 * i])
+  local window = tonumber(ARGV[7 + 2 * i]) * (1 + margin)
+  if redis.call('LLEN', KEYS[2 + i]) >= limit then
+    local oldest = tonumber(redis.call('LINDEX', KEYS[2 + i], limit - 1))
+    if oldest + window - now > wait then
+      wait = oldest + window - now
+      why = 'budget'
+    end
+  end
+end
+if wait > 0 then return {tostring(wait), why, changed} end
+if nominal > 0 then
+  redis.call('HSET', KEYS[1], 'tat', tostring(tat + interval))
+  redis.call('PEXPIRE', KEYS[1], math.ceil((tat + interval - now) / tonumber(ARGV[1])) + keep)
+end
+for i = 1, n do
+  local limit = tonumber(ARGV[6 + 2 * i])
+  redis.call('LPUSH', KEYS[2 + i], tostring(now))
+  redis.call('LTRIM', KEYS[2 + i], 0, limit - 1)
+  redis.call('PEXPIRE', KEYS[2 + i],
+    math.ceil(tonumber(ARGV[7 + 2 * i]) * 2 / tonumber(ARGV[1])) + keep)
+end
+return {'0', 'granted', changed}
+"""
+)
+
+# KEYS: lane hash. ARGV: scale, nominal rate/s, floor rate/s. Returns the new rate or ''.
+_SLOW_DOWN = (
+    _NOW
+    + """
+local nominal = tonumber(ARGV[2])
+local floor = tonumber(ARGV[3])
+local rate = tonumber(redis.call('HGET', KEYS[1], 'rate') or ARGV[2])
+if rate > nominal then rate = nominal end
+redis.call('HSET', KEYS[1], 'quiet', tostring(now))
+redis.call('PEXPIRE', KEYS[1], 3600000)
+local last = tonumber(redis.call('HGET', KEYS[1], 'lastdec') or '-1e300')
+if now - last < 2000 / rate or rate <= floor then return '' end
+rate = math.max(floor, rate / 2)
+redis.call('HSET', KEYS[1], 'rate', tostring(rate), 'lastdec', tostring(now))
+return tostring(rate)
+"""
+)
+
+# KEYS: host hash. ARGV: scale, seconds.
+_PAUSE = (
+    _NOW
+    + """
+local cool = tonumber(redis.call('HGET', KEYS[1], 'cool') or '-1e300')
+local until_ = now + tonumber(ARGV[2]) * 1000
 if until_ > cool then
   redis.call('HSET', KEYS[1], 'cool', tostring(until_))
-  redis.call('PEXPIRE', KEYS[1], math.ceil(until_ - now + 3600000))
+  redis.call('PEXPIRE', KEYS[1], math.ceil(tonumber(ARGV[2]) * 1000 / tonumber(ARGV[1])) + 3600000)
 end
 return '0'
 """
+)
 
-_REMAINING = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-local cool = tonumber(redis.call('HGET', KEYS[1], 'cool') or '0')
+_REMAINING = (
+    _NOW
+    + """
+local cool = tonumber(redis.call('HGET', KEYS[1], 'cool') or '-1e300')
 if cool > now then return tostring(cool - now) end
 return '0'
 """
+)
 
 
 class RedisLimiter:
     def __init__(
         self,
         url: str,
-        rates: dict[str, Rate] | None = None,
-        default: Rate | None = None,
         clock: Clock | None = None,
-        margin: float = 0.02,
-        prefix: str = "stagecrawl:limit:",
+        margin: float = DEFAULT_MARGIN,
+        adaptive: Adaptive | None = None,
+        prefix: str = "stagecrawl:pace:",
+        time_scale: float = 1.0,
+        safe_url: str | None = None,
     ) -> None:
         self.url = url
-        self._rates = {origin_of(k) if "://" in k else k: v for k, v in (rates or {}).items()}
-        self._default = default
+        self.safe_url = safe_url or url
         self._clock = clock or RealClock()
         self.margin = margin
+        self.adaptive = adaptive or Adaptive()
         self.prefix = prefix
+        self.time_scale = time_scale
+        self._rates: dict[str, float | None] = {}
         try:
-            self._redis: Any = aioredis.from_url(url)
+            self._redis: Any = aioredis.from_url(url, socket_timeout=10, socket_connect_timeout=5)
         except ValueError as exc:
-            raise ConfigError(f"bad Redis URL {url!r}: {exc}") from None
+            raise ConfigError(f"bad Redis URL {self.safe_url}: {exc}") from None
         self._acquire = self._redis.register_script(_ACQUIRE)
+        self._slow_down = self._redis.register_script(_SLOW_DOWN)
         self._pause = self._redis.register_script(_PAUSE)
         self._remaining = self._redis.register_script(_REMAINING)
 
@@ -87,28 +171,82 @@ class RedisLimiter:
         try:
             await self._redis.ping()
         except (OSError, aioredis.RedisError) as exc:
-            raise ConfigError(f"cannot reach Redis at {self.url}: {exc}") from None
+            raise ConfigError(f"cannot reach Redis at {self.safe_url}: {_reason(exc)}") from None
 
-    def _key(self, origin: str) -> str:
-        return self.prefix + origin
+    async def _call(self, script: Any, keys: list[str], args: list[Any]) -> Any:
+        try:
+            return await script(keys=keys, args=[repr(self.time_scale), *args])
+        except (OSError, aioredis.RedisError) as exc:
+            raise LimiterUnavailable(
+                f"lost the shared rate limit at {self.safe_url}: {_reason(exc)}"
+            ) from None
 
-    async def acquire(self, origin: str) -> None:
-        rate = self._rates.get(origin, self._default)
-        interval_ms = 0.0 if rate is None else 1000.0 * rate.interval * (1 + self.margin)
-        burst = 1 if rate is None else rate.burst
+    def _lane_key(self, lane: Lane) -> str:
+        return f"{self.prefix}lane:{lane.name}@{lane.prefix}"
+
+    def _host_key(self, origin: str) -> str:
+        return f"{self.prefix}host:{origin}"
+
+    def current_rate(self, lane: Lane) -> float | None:
+        if lane.name in self._rates:
+            return self._rates[lane.name]
+        return lane.rate.per_second if lane.rate else None
+
+    async def acquire(self, lane: Lane, origin: str, max_wait: float | None = None) -> float:
+        rate = lane.rate
+        lane_key = self._lane_key(lane)
+        keys = [lane_key, self._host_key(origin)]
+        args: list[Any] = [
+            repr(rate.per_second if rate else 0.0),
+            rate.burst if rate else 1,
+            repr(self.margin),
+            repr(self.adaptive.quiet_period * 1000.0),
+            repr(self.adaptive.recover_step),
+            len(lane.budgets),
+        ]
+        for budget in lane.budgets:
+            keys.append(f"{lane_key}:budget:{budget.text()}")
+            args += [budget.limit, repr(budget.window * 1000.0)]
+        started = self._clock.monotonic()
         while True:
-            wait_ms = float(
-                await self._acquire(keys=[self._key(origin)], args=[repr(interval_ms), burst])
-            )
-            if wait_ms <= 0:
-                return
-            await self._clock.sleep(wait_ms / 1000.0)
+            wait_ms, why, changed = await self._call(self._acquire, keys, args)
+            if changed:
+                self._note_change(lane, float(changed), slowed=False)
+            wait = float(wait_ms) / 1000.0
+            if wait <= 0:
+                return self._clock.monotonic() - started
+            why = why.decode() if isinstance(why, bytes) else str(why)
+            waited = self._clock.monotonic() - started
+            if why == "cooldown" and max_wait is not None and waited + wait > max_wait:
+                raise WaitTooLong(wait, f"{origin} is cooling down after a 429")
+            await self._clock.sleep(wait)
+
+    def _note_change(self, lane: Lane, rate: float, slowed: bool) -> None:
+        self._rates[lane.name] = rate
+        describe_change(lane, rate, slowed, "after 429" if slowed else "after a quiet period")
+
+    async def slow_down(self, lane: Lane) -> float | None:
+        if lane.rate is None:
+            return None
+        floor = lane.floor or lane.rate.per_second
+        changed = await self._call(
+            self._slow_down, [self._lane_key(lane)], [repr(lane.rate.per_second), repr(floor)]
+        )
+        if not changed:
+            return None
+        self._note_change(lane, float(changed), slowed=True)
+        return float(changed)
 
     async def pause(self, origin: str, seconds: float) -> None:
-        await self._pause(keys=[self._key(origin)], args=[repr(seconds * 1000.0)])
+        await self._call(self._pause, [self._host_key(origin)], [repr(seconds)])
 
     async def cooldown_remaining(self, origin: str) -> float:
-        return float(await self._remaining(keys=[self._key(origin)])) / 1000.0
+        return float(await self._call(self._remaining, [self._host_key(origin)], [])) / 1000.0
 
     async def aclose(self) -> None:
         await self._redis.aclose()
+
+
+def _reason(exc: BaseException) -> str:
+    """The first line of a Redis error, which may quote the URL: never its password."""
+    return (str(exc) or type(exc).__name__).splitlines()[0]

@@ -29,13 +29,15 @@ from sqlalchemy import (
     Text,
     create_engine,
     event,
+    inspect,
     text,
 )
 from sqlalchemy.dialects import mysql, postgresql, sqlite
-from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 
 from stagecrawl.errors import StorageError
+from stagecrawl.secrets import mask_url, redact
 
 log = logging.getLogger("stagecrawl.storage")
 
@@ -197,6 +199,18 @@ def build_metadata(ci: str | None, mysql_kw: dict[str, Any]) -> MetaData:
         **mysql_kw,
     )
     Table(
+        "TB_STAGECRAWL_SEED",
+        metadata,
+        Column("CRATE_NAME", ident(64), primary_key=True),
+        Column("NAME", ident(64), nullable=False),
+        Column("STATE", SmallInteger, nullable=False, default=0),
+        Column("RESYNC", Boolean, nullable=False, default=False),
+        Column("VERSIONS", Integer),
+        Column("LAST_ERROR", Text),
+        Column("LAST_UPDATED", DateTime, nullable=False),
+        **mysql_kw,
+    )
+    Table(
         "TB_STAGECRAWL_WORKER",
         metadata,
         Column("WORKER_ID", String(128), primary_key=True),
@@ -216,16 +230,24 @@ def build_metadata(ci: str | None, mysql_kw: dict[str, Any]) -> MetaData:
 class Database:
     """An open database with stagecrawl's tables created on first use."""
 
-    def __init__(self, url: str = DEFAULT_DB_URL, create: bool = True) -> None:
+    def __init__(
+        self, url: str = DEFAULT_DB_URL, create: bool = True, read_only: bool = False
+    ) -> None:
+        """Open the database; with `read_only` nothing is created (no file, no folder, no
+        table, no collation) and a missing database or missing tables are a StorageError."""
         self.url = url
+        self.read_only = read_only
+        self.safe_url = mask_url(url)
         try:
             parsed = make_url(url)
-        except ArgumentError as exc:
-            raise StorageError(f"bad database URL {url!r}: {exc}") from None
-        self.safe_url = parsed.render_as_string(hide_password=True)
+        except ArgumentError:
+            raise StorageError(f"bad database URL {self.safe_url}") from None
         kwargs: dict[str, Any] = {"pool_pre_ping": True}
         if parsed.get_backend_name() == "sqlite":
             kwargs = {"connect_args": {"timeout": 30}}
+            if read_only:
+                parsed = _sqlite_read_only(parsed)
+                kwargs["connect_args"]["uri"] = True
         else:
             kwargs["connect_args"] = {"connect_timeout": 10}
         try:
@@ -234,14 +256,16 @@ class Database:
             raise StorageError(f"cannot use database URL {self.safe_url}: {exc}") from None
         self.dialect = self.engine.dialect.name
         if self.dialect == "sqlite":
-            _check_sqlite_folder(parsed.database)
-            _sqlite_immediate_transactions(self.engine)
+            if not read_only:
+                _check_sqlite_folder(parsed.database)
+            _sqlite_immediate_transactions(self.engine, read_only)
         try:
             with self.engine.connect() as conn:
                 ci = self._case_insensitive_collation(conn)
         except SQLAlchemyError as exc:
-            reason = str(exc.orig if hasattr(exc, "orig") and exc.orig else exc).splitlines()[0]
-            raise StorageError(f"cannot reach database {self.safe_url}: {reason}") from None
+            raise StorageError(
+                f"cannot reach database {self.safe_url}: {_first_line(exc)}"
+            ) from None
         self.collation = ci
         mysql_kw: dict[str, Any] = (
             {"mysql_charset": "utf8mb4", "mysql_collate": ci, "mysql_engine": "InnoDB"}
@@ -257,9 +281,21 @@ class Database:
         self.vuln_raw = self.metadata.tables["TB_COMP_LIB_VULN_CARGO_RAW"]
         self.vuln_hit = self.metadata.tables["TB_COMP_LIB_VULN_CARGO_HIT"]
         self.worker = self.metadata.tables["TB_STAGECRAWL_WORKER"]
+        self.seed = self.metadata.tables["TB_STAGECRAWL_SEED"]
         self.index_state = self.metadata.tables["TB_COMP_LIB_RUST_INDEX_STATE"]
-        if create:
+        if read_only:
+            self._require_tables()
+        elif create:
             self.create_all()
+
+    def _require_tables(self) -> None:
+        try:
+            with self.engine.connect() as conn:
+                present = set(inspect(conn).get_table_names())
+        except SQLAlchemyError as exc:
+            raise StorageError(f"cannot read {self.safe_url}: {_first_line(exc)}") from None
+        if self.list.name not in present and self.list.name.lower() not in present:
+            raise StorageError(f"no stagecrawl tables in {self.safe_url}: nothing collected yet")
 
     @property
     def is_sqlite(self) -> bool:
@@ -293,6 +329,8 @@ class Database:
                     return name
             return "utf8mb4_general_ci"
         if self.dialect == "postgresql":
+            if self.read_only:
+                return PG_CI_COLLATION  # created by the run that made the tables
             # A nondeterministic ICU collation compares case-insensitively (level 2).
             with conn.begin():
                 conn.execute(
@@ -322,7 +360,23 @@ def _check_sqlite_folder(database: str | None) -> None:
         raise StorageError(f"cannot create the database in {folder}: {exc.strerror}") from None
 
 
-def _sqlite_immediate_transactions(engine: Engine) -> None:
+def _first_line(exc: BaseException) -> str:
+    """A driver error's first line, secrets masked (drivers may echo the URL)."""
+    orig = getattr(exc, "orig", None) or exc
+    return redact((str(orig) or type(orig).__name__).splitlines()[0])
+
+
+def _sqlite_read_only(url: URL) -> URL:
+    """`sqlite:///path` as a read-only URI; a missing file is a StorageError, not a new file."""
+    path = url.database
+    if not path or path == ":memory:":
+        raise StorageError("a read-only command needs a database file, not :memory:")
+    if not Path(path).is_file():
+        raise StorageError(f"no database at {path}: nothing collected yet (or a wrong --db)")
+    return url.set(database=f"file:{Path(path).resolve()}?mode=ro")
+
+
+def _sqlite_immediate_transactions(engine: Engine, read_only: bool = False) -> None:
     """SQLite is single-writer: every transaction takes the write lock up front (BEGIN
     IMMEDIATE), so two writers queue instead of failing half-way (SQLAlchemy's documented
     recipe for pysqlite transaction control)."""
@@ -330,12 +384,13 @@ def _sqlite_immediate_transactions(engine: Engine) -> None:
     @event.listens_for(engine, "connect")
     def _connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None
-        dbapi_connection.execute("PRAGMA journal_mode=WAL")
+        if not read_only:
+            dbapi_connection.execute("PRAGMA journal_mode=WAL")
         dbapi_connection.execute("PRAGMA busy_timeout=30000")
 
     @event.listens_for(engine, "begin")
     def _begin(conn: Connection) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
 
 def upsert(

@@ -36,6 +36,13 @@ class Rule:
     pattern: str
     rate_limit: int | None = None  # at most this many requests ...
     rate_window: float = 1.0  # ... in any window of this many seconds, else 429
+    # Strict mode, as real registries enforce it: a token bucket of `bucket_burst` tokens
+    # refilled at `bucket_rate` per second, shared by every path the pattern matches; a
+    # request that finds it empty gets 429 (with `retry_after` if set).
+    bucket_rate: float | None = None
+    bucket_burst: int = 1
+    bucket_tat: float = float("-inf")
+    bucket_rejected: int = 0
     retry_after: str | None = None  # Retry-After sent with this rule's 429s / failures
     too_many: int = 0  # answer 429 to the first N matching requests
     fail_times: int = 0  # answer `fail_status` to the first N matching requests
@@ -44,6 +51,7 @@ class Rule:
     empty: bool = False
     truncate: bool = False
     oversize: int = 0  # stream this many bytes instead of the real body
+    trickle: float = 0.0  # send the body one byte every this many seconds
     invalid_json: bool = False
     redirect_to: str | None = None  # origin URL to redirect to (same path)
     status: int | None = None  # answer this status with an empty body
@@ -159,6 +167,14 @@ class TestOrigin:
                 await asyncio.sleep(rule.stall)
             if rule.too_many and rule.seen <= rule.too_many:
                 return web.Response(status=429, headers=retry, text="too many requests")
+            if rule.bucket_rate is not None:
+                interval = 1.0 / rule.bucket_rate
+                with self._lock:
+                    tat = max(rule.bucket_tat, now)
+                    if now < tat - (rule.bucket_burst - 1) * interval:
+                        rule.bucket_rejected += 1
+                        return web.Response(status=429, headers=retry, text="bucket empty")
+                    rule.bucket_tat = tat + interval
             if rule.rate_limit is not None:
                 while rule.accepted and now - rule.accepted[0] >= rule.rate_window:
                     rule.accepted.popleft()
@@ -213,6 +229,20 @@ class TestOrigin:
                 await stream.write_eof()
             except ConnectionResetError:
                 pass  # the client gave up once it passed its limit, as it should
+            return stream
+        trickle = max((r.trickle for r in rules), default=0.0)
+        if trickle:
+            stream = web.StreamResponse(
+                status=200, headers={**headers, "Content-Length": str(len(body))}
+            )
+            await stream.prepare(request)
+            try:
+                for byte in body:
+                    await stream.write(bytes([byte]))
+                    await asyncio.sleep(trickle)
+                await stream.write_eof()
+            except (ConnectionResetError, RuntimeError):
+                pass  # the client hung up at its deadline, as it should
             return stream
         if any(r.truncate for r in rules):
             stream = web.StreamResponse(

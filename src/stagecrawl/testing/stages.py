@@ -76,26 +76,31 @@ def run_link_crawl(
 
     from rich.console import Console
 
-    from stagecrawl.engine.crawler import Crawler, CrawlSettings, JsonStoreSink
+    from stagecrawl.engine.crawler import Crawler, JsonStoreSink
     from stagecrawl.engine.fetcher import Fetcher, FetchSettings
     from stagecrawl.engine.frontier import Frontier
     from stagecrawl.engine.jsonstore import JsonStore
     from stagecrawl.engine.progress import summary_table
-    from stagecrawl.engine.ratelimit import LocalLimiter, Rate
+    from stagecrawl.engine.ratelimit import Lane, Lanes, Rate
+    from stagecrawl.engine.shutdown import GracefulStop
+    from stagecrawl.engine.work import LoopSettings
 
     async def crawl() -> int:
-        limiter = LocalLimiter({base_url: Rate(rate)} if rate else None)
+        lanes = Lanes([Lane("pages", base_url, Rate(rate) if rate else None)])
         frontier = Frontier(out / "frontier.sqlite")
         sink = JsonStoreSink({"pages": JsonStore(out / "pages.json")})
-        async with Fetcher(FetchSettings(backoff_base=0.05), limiter=limiter) as fetcher:
+        stop = GracefulStop("in-flight requests")
+        async with Fetcher(FetchSettings(backoff_base=0.05), lanes) as fetcher:
             crawler = Crawler(
                 LinkStage(base_url),
                 fetcher,
                 sink,
                 frontier,
-                CrawlSettings(concurrency=concurrency, grace_period=5.0),
+                LoopSettings(concurrency=concurrency, grace_period=5.0),
+                stop=stop,
             )
-            summary = await crawler.run()
+            with stop.on_signals():
+                summary = await crawler.run()
         sink.close()
         frontier.close()
         Console(stderr=True).print(summary_table("crawl summary", summary.as_rows()))

@@ -1,0 +1,194 @@
+"""What every command shares: options from the settings table, output, errors, exit codes.
+
+Output contract: with `--format json` a command prints exactly one JSON document on stdout;
+progress, logs, summaries and errors go to stderr. An error is always one line on stderr,
+secrets masked, with the exit code below (docs/operations.md):
+
+    0 ok · 1 some work failed or is left on a retry ladder · 2 bad input or configuration ·
+    130 interrupted by SIGINT · 143 stopped by SIGTERM
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+import traceback
+from collections.abc import Callable, Coroutine, Mapping
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from sqlalchemy.exc import SQLAlchemyError
+
+from stagecrawl.engine.progress import ProgressReporter, summary_table
+from stagecrawl.engine.shutdown import GracefulStop, Interrupted
+from stagecrawl.errors import (
+    ConfigError,
+    InputError,
+    LimiterUnavailable,
+    StagecrawlError,
+    StorageError,
+)
+from stagecrawl.secrets import redact
+from stagecrawl.settings import BY_NAME, Settings
+
+T = TypeVar("T")
+EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
+
+console = Console(stderr=True)  # progress, logs, summaries, errors
+state: dict[str, Any] = {"quiet": False, "verbose": False}
+
+
+class Format(StrEnum):
+    table = "table"
+    json = "json"
+
+
+def _help(name: str) -> str:
+    setting = BY_NAME[name]
+    env = f" [env {setting.env}]" if setting.env else ""
+    default = "" if setting.default is None else f" [default: {setting.default}]"
+    return f"{setting.help}.{default}{env}"
+
+
+def _opt(name: str) -> Any:
+    setting = BY_NAME[name]
+    assert setting.flag
+    return typer.Option(setting.flag, help=_help(name), show_default=False)
+
+
+# Every option that maps to a setting defaults to None ("not given"), so the settings table
+# can tell a flag from the environment from the default.
+Db = Annotated[str | None, _opt("db")]
+Contact = Annotated[str | None, _opt("contact")]
+IndexUrl = Annotated[str | None, _opt("index_url")]
+ApiUrl = Annotated[str | None, _opt("api_url")]
+IndexRate = Annotated[float | None, _opt("index_rate")]
+ApiRate = Annotated[float | None, _opt("api_rate")]
+IndexBurst = Annotated[int | None, _opt("index_burst")]
+ApiBurst = Annotated[int | None, _opt("api_burst")]
+IndexBudget = Annotated[str | None, _opt("index_budget")]
+ApiBudget = Annotated[str | None, _opt("api_budget")]
+Concurrency = Annotated[int | None, _opt("concurrency")]
+RedisUrl = Annotated[str | None, _opt("redis_url")]
+LeaseSeconds = Annotated[float | None, _opt("lease_seconds")]
+GracePeriod = Annotated[float | None, _opt("grace_period")]
+AiLicenseUrl = Annotated[str | None, _opt("ai_license_url")]
+AiRate = Annotated[float | None, _opt("ai_rate")]
+CacheDir = Annotated[str | None, _opt("cache_dir")]
+SparqlUrl = Annotated[str | None, _opt("sparql_url")]
+EntitiesUrl = Annotated[str | None, _opt("entities_url")]
+SparqlRate = Annotated[float | None, _opt("sparql_rate")]
+EntitiesRate = Annotated[float | None, _opt("entities_rate")]
+FormatOption = Annotated[
+    Format,
+    typer.Option("--format", help="table: for people (stderr); json: one document (stdout)."),
+]
+
+
+def settings(**flags: Any) -> Settings:
+    """Resolve the run's settings: these flags, then the environment, then the defaults."""
+    return Settings.resolve(flags)
+
+
+def fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
+    """One line on stderr (secrets masked, never read as markup); the exit to raise."""
+    line = redact(" ".join(message.split()))  # one line, whatever the message held
+    console.print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def guarded(body: Callable[[], T]) -> T:
+    """Run a command body; every failure becomes one line and its exit code."""
+    try:
+        return body()
+    except (ConfigError, InputError, StorageError) as exc:
+        raise fail(str(exc)) from None
+    except LimiterUnavailable as exc:
+        # The worker stops; its leases run out as designed and another worker takes over.
+        raise fail(f"{exc}; stopped (leases are returned or run out)", EXIT_PARTIAL) from None
+    except StagecrawlError as exc:
+        raise fail(str(exc), EXIT_PARTIAL) from None
+    except SQLAlchemyError as exc:
+        # A database that fails mid-run (disk full, connection lost): one line, and every
+        # batch already written stays written (each is one transaction).
+        orig = getattr(exc, "orig", None) or exc
+        raise fail(
+            f"database error: {str(orig).splitlines()[0] if str(orig) else orig!r}"
+        ) from None
+    except OSError as exc:
+        where = f": {exc.filename}" if exc.filename else ""
+        raise fail(f"{exc.strerror or exc}{where}") from None
+    except (KeyboardInterrupt, Interrupted):
+        raise fail("interrupted", EXIT_INTERRUPTED) from None
+    except typer.Exit:
+        raise
+    except Exception as exc:  # a bug: still one line, the traceback only when asked for
+        if state["verbose"]:
+            traceback.print_exc()
+        raise fail(
+            f"internal error ({type(exc).__name__}: {exc}); run with -v for the traceback",
+            EXIT_PARTIAL,
+        ) from None
+
+
+def run(body: Callable[[GracefulStop], Coroutine[Any, Any, int]]) -> NoReturn:
+    """Run an async command body under SIGINT/SIGTERM handling and exit with its code; a
+    stopped run exits 130 (SIGINT) or 143 (SIGTERM) after printing what it did."""
+
+    async def main() -> int:
+        stop = GracefulStop()
+        with stop.on_signals():
+            code = await body(stop)
+        return stop.exit_code if stop.requested else code
+
+    raise typer.Exit(guarded(lambda: asyncio.run(main())))
+
+
+def progress(title: str, fmt: Format = Format.table) -> ProgressReporter:
+    return ProgressReporter(title, console=console, quiet=state["quiet"])
+
+
+def emit(fmt: Format, document: Mapping[str, Any], tables: Callable[[], None]) -> None:
+    """The command's result: one JSON document on stdout, or tables for people on stderr."""
+    if fmt is Format.json:
+        sys.stdout.write(json.dumps(document, indent=2, sort_keys=False, default=str) + "\n")
+        sys.stdout.flush()
+    else:
+        tables()
+
+
+def show(title: str, rows: Mapping[str, object]) -> None:
+    console.print(summary_table(title, rows))
+
+
+def exit_code(problems: bool, interrupted: bool, stop: GracefulStop) -> int:
+    if interrupted or stop.requested:
+        return stop.exit_code
+    return EXIT_PARTIAL if problems else EXIT_OK
+
+
+def setup_logging(verbose: bool, quiet: bool) -> None:
+    from stagecrawl.secrets import RedactingFilter
+
+    level = logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(RedactingFilter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    for noisy in ("httpx", "httpcore", "aiohttp"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    state["quiet"], state["verbose"] = quiet, verbose
+
+
+def existing_file(path: Path, what: str) -> Path:
+    if not path.is_file():
+        raise InputError(f"{what} {path} does not exist")
+    return path

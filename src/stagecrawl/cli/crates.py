@@ -1,0 +1,712 @@
+"""`stagecrawl crates …`: parse options, call the pipeline, render its report, exit."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from stagecrawl.cli.common import (
+    EXIT_PARTIAL,
+    AiLicenseUrl,
+    AiRate,
+    ApiBudget,
+    ApiBurst,
+    ApiRate,
+    ApiUrl,
+    CacheDir,
+    Concurrency,
+    Contact,
+    Db,
+    Format,
+    FormatOption,
+    GracePeriod,
+    IndexBudget,
+    IndexBurst,
+    IndexRate,
+    IndexUrl,
+    LeaseSeconds,
+    RedisUrl,
+    console,
+    emit,
+    exit_code,
+    guarded,
+    progress,
+    run,
+    settings,
+    show,
+)
+from stagecrawl.crates import pipeline
+from stagecrawl.crates.client import CratesClient
+from stagecrawl.crates.config import CratesConfig, read_seeds_file, split_env_seeds
+from stagecrawl.crates.dbdump import DEFAULT_DUMP_URL, load_dump
+from stagecrawl.crates.licenses import AiLicenseClient, backfill, import_reference
+from stagecrawl.crates.names import validate_name
+from stagecrawl.crates.osv import DEFAULT_OSV_URL, ImportReport, import_advisories, read_advisories
+from stagecrawl.crates.queue import COLLECTED, NOT_FOUND, SKIPPED
+from stagecrawl.crates.refresh import refresh
+from stagecrawl.crates.worker import CollectSettings
+from stagecrawl.engine.fetcher import Fetcher, FetchSettings, require_contact
+from stagecrawl.engine.ratelimit import Lane, Lanes, Rate
+from stagecrawl.engine.redis_limiter import RedisLimiter
+from stagecrawl.engine.shutdown import GracefulStop
+from stagecrawl.errors import InputError
+from stagecrawl.settings import Settings
+from stagecrawl.storage.db import Database
+
+app = typer.Typer(
+    help="The crates.io pipeline: seed, collect, crawl, lock, audit…", no_args_is_help=True
+)
+
+Names = Annotated[list[str] | None, typer.Argument(help="Crate names.", show_default=False)]
+SeedFile = Annotated[
+    Path | None, typer.Option("--file", help="Seeds file: one name per line, # comments.")
+]
+Limit = Annotated[int | None, typer.Option("--limit", min=1, help="Collect at most N events.")]
+SkipExisting = Annotated[
+    bool,
+    typer.Option(
+        "--skip-existing/--no-skip-existing",
+        help="Mark events already in VERSION as skipped (2) instead of fetching them again.",
+    ),
+]
+Resync = Annotated[bool, typer.Option("--resync", help="Collect finished events again.")]
+
+
+def _gather_names(names: list[str] | None, seeds_file: Path | None) -> list[str]:
+    collected = [validate_name(n) for n in names or []]
+    if seeds_file is not None:
+        collected += read_seeds_file(seeds_file)
+    collected += split_env_seeds(os.environ.get("STAGECRAWL_SEED_CRATES"))
+    if not collected:
+        raise InputError("no crate names given (arguments, --file or STAGECRAWL_SEED_CRATES)")
+    return collected
+
+
+def _collect_settings(s: Settings, limit: int | None, skip_existing: bool) -> CollectSettings:
+    return CollectSettings(
+        concurrency=s.concurrency,
+        skip_existing=skip_existing,
+        limit=limit,
+        lease_seconds=s.lease_seconds,
+        grace_period=s.grace_period,
+    )
+
+
+def _ai_client(s: Settings, fetcher: Fetcher) -> AiLicenseClient | None:
+    if not s.ai_license_url:
+        return None
+    fetcher.lanes.add(Lane("ai", s.ai_license_url, Rate(s.ai_rate)))
+    return AiLicenseClient(fetcher, s.ai_license_url)
+
+
+def render_collect(report: pipeline.CollectReport, fmt: Format) -> None:
+    def tables() -> None:
+        seed = report.seed
+        if seed is not None and (seed.crates or seed.not_found or seed.failed):
+            rows: dict[str, object] = {
+                "crates found": len(seed.crates),
+                "versions seen": sum(seed.crates.values()),
+                "new events": seed.counts.new,
+                "merged events": seed.counts.merged,
+                "requeued (resync)": seed.counts.requeued,
+                "not in the index": ", ".join(sorted(seed.not_found)) or 0,
+            }
+            for name, reason in sorted(seed.failed.items()):
+                rows[f"on the seed ladder: {name}"] = reason
+            show("seed", rows)
+        summary = report.collect
+        if summary is not None:
+            rows = {
+                "crates written": summary.crates,
+                "collected": summary.outcomes[COLLECTED],
+                "skipped (already in VERSION)": summary.outcomes[SKIPPED],
+                "not found": summary.outcomes[NOT_FOUND],
+                "yanked (collected, flagged)": summary.yanked,
+                "failed (on the retry ladder)": summary.failed,
+            }
+            for name, reason in sorted(summary.failures.items())[:10]:
+                rows[f"  failed: {name}"] = reason
+            if summary.lost_leases:
+                rows["crates lost to another worker"] = summary.lost_leases
+            if summary.interrupted:
+                rows["returned to the queue"] = summary.released
+        else:
+            rows = {}
+        for lane, count in sorted(report.requests.items()):
+            rows[f"requests ({lane} lane)"] = count
+        rows["429s seen"] = sum(report.rate_limited.values())
+        if report.ai_calls is not None:
+            rows["AI license calls"] = report.ai_calls
+            rows["AI license failures (redo: licenses backfill)"] = report.ai_warnings
+        if summary is not None:
+            rows["wall time"] = f"{summary.wall_seconds:.1f}s"
+        show("collect" if summary is not None else "seed traffic", rows)
+
+    emit(fmt, report.as_json(), tables)
+
+
+async def _crawl(
+    s: Settings,
+    stop: GracefulStop,
+    fmt: Format,
+    names: list[str],
+    resync: bool,
+    limit: int | None,
+    skip_existing: bool,
+) -> int:
+    config = CratesConfig.from_settings(s)
+    database = Database(s.db)
+    async with config.make_fetcher() as fetcher:
+        if isinstance(fetcher.limiter, RedisLimiter):
+            await fetcher.limiter.check()
+        client = CratesClient(fetcher, config.index_url, config.api_url)
+        ai = _ai_client(s, fetcher)
+        with progress("collecting", fmt) as bar:
+            report = await pipeline.collect(
+                database,
+                client,
+                _collect_settings(s, limit, skip_existing),
+                stop,
+                names,
+                resync,
+                bar,
+                ai,
+            )
+    render_collect(report, fmt)
+    return exit_code(report.problems, report.interrupted, stop)
+
+
+@app.command("seed")
+def seed_command(
+    names: Names = None,
+    seeds_file: SeedFile = None,
+    resync: Resync = False,
+    fmt: FormatOption = Format.table,
+    db: Db = None,
+    index_url: IndexUrl = None,
+    api_url: ApiUrl = None,
+    contact: Contact = None,
+    index_rate: IndexRate = None,
+    index_burst: IndexBurst = None,
+    concurrency: Concurrency = None,
+    redis_url: RedisUrl = None,
+    grace_period: GracePeriod = None,
+) -> None:
+    """Register every version of each crate (from the sparse index) in the LIST table."""
+    s = guarded(
+        lambda: settings(
+            db=db,
+            index_url=index_url,
+            api_url=api_url,
+            contact=contact,
+            index_rate=index_rate,
+            index_burst=index_burst,
+            concurrency=concurrency,
+            redis_url=redis_url,
+            grace_period=grace_period,
+        )
+    )
+    wanted = guarded(lambda: _gather_names(names, seeds_file))
+
+    async def body(stop: GracefulStop) -> int:
+        config = CratesConfig.from_settings(s)
+        database = Database(s.db)
+        async with config.make_fetcher() as fetcher:
+            client = CratesClient(fetcher, config.index_url, config.api_url)
+            with progress("seeding", fmt) as bar:
+                report = await pipeline.seed(database, client, wanted, stop, resync, bar)
+        render_collect(report, fmt)
+        return exit_code(report.problems, report.interrupted, stop)
+
+    run(body)
+
+
+@app.command("collect")
+def collect_command(
+    limit: Limit = None,
+    skip_existing: SkipExisting = True,
+    fmt: FormatOption = Format.table,
+    db: Db = None,
+    index_url: IndexUrl = None,
+    api_url: ApiUrl = None,
+    contact: Contact = None,
+    api_rate: ApiRate = None,
+    index_rate: IndexRate = None,
+    api_burst: ApiBurst = None,
+    index_burst: IndexBurst = None,
+    api_budget: ApiBudget = None,
+    index_budget: IndexBudget = None,
+    concurrency: Concurrency = None,
+    ai_license_url: AiLicenseUrl = None,
+    ai_rate: AiRate = None,
+    redis_url: RedisUrl = None,
+    lease_seconds: LeaseSeconds = None,
+    grace_period: GracePeriod = None,
+) -> None:
+    """Collect pending LIST events (and queued seeds) into VERSION and PRODUCT."""
+    s = guarded(
+        lambda: settings(
+            db=db,
+            index_url=index_url,
+            api_url=api_url,
+            contact=contact,
+            api_rate=api_rate,
+            index_rate=index_rate,
+            api_burst=api_burst,
+            index_burst=index_burst,
+            api_budget=api_budget,
+            index_budget=index_budget,
+            concurrency=concurrency,
+            ai_license_url=ai_license_url,
+            ai_rate=ai_rate,
+            redis_url=redis_url,
+            lease_seconds=lease_seconds,
+            grace_period=grace_period,
+        )
+    )
+    run(lambda stop: _crawl(s, stop, fmt, [], False, limit, skip_existing))
+
+
+@app.command("crawl")
+def crawl_command(
+    names: Names = None,
+    seeds_file: SeedFile = None,
+    resync: Resync = False,
+    limit: Limit = None,
+    skip_existing: SkipExisting = True,
+    fmt: FormatOption = Format.table,
+    db: Db = None,
+    index_url: IndexUrl = None,
+    api_url: ApiUrl = None,
+    contact: Contact = None,
+    api_rate: ApiRate = None,
+    index_rate: IndexRate = None,
+    api_burst: ApiBurst = None,
+    index_burst: IndexBurst = None,
+    api_budget: ApiBudget = None,
+    index_budget: IndexBudget = None,
+    concurrency: Concurrency = None,
+    ai_license_url: AiLicenseUrl = None,
+    ai_rate: AiRate = None,
+    redis_url: RedisUrl = None,
+    lease_seconds: LeaseSeconds = None,
+    grace_period: GracePeriod = None,
+) -> None:
+    """Seed and collect in one command: collecting starts with the first crate seeded."""
+    s = guarded(
+        lambda: settings(
+            db=db,
+            index_url=index_url,
+            api_url=api_url,
+            contact=contact,
+            api_rate=api_rate,
+            index_rate=index_rate,
+            api_burst=api_burst,
+            index_burst=index_burst,
+            api_budget=api_budget,
+            index_budget=index_budget,
+            concurrency=concurrency,
+            ai_license_url=ai_license_url,
+            ai_rate=ai_rate,
+            redis_url=redis_url,
+            lease_seconds=lease_seconds,
+            grace_period=grace_period,
+        )
+    )
+    wanted = guarded(lambda: _gather_names(names, seeds_file))
+    run(lambda stop: _crawl(s, stop, fmt, wanted, resync, limit, skip_existing))
+
+
+@app.command("lock")
+def lock_command(
+    repo: Annotated[
+        str | None, typer.Argument(help="Git URL or local path of a Rust repository.")
+    ] = None,
+    tag: Annotated[list[str] | None, typer.Option("--tag", help="A tag to resolve.")] = None,
+    tags_matching: Annotated[
+        str | None, typer.Option("--tags-matching", help="Glob over the repository's tags.")
+    ] = None,
+    all_tags: Annotated[bool, typer.Option("--all-tags", help="Every tag.")] = False,
+    pinned_only: Annotated[
+        bool,
+        typer.Option(
+            "--pinned-only",
+            help="Only the versions the locks pin, from the lock alone (no index request).",
+        ),
+    ] = False,
+    lockfile: Annotated[
+        Path | None, typer.Option("--lockfile", help="A Cargo.lock you already have.")
+    ] = None,
+    label: Annotated[
+        str | None, typer.Option("--label", help="REF_TAGS label for --lockfile.")
+    ] = None,
+    fmt: FormatOption = Format.table,
+    cache_dir: CacheDir = None,
+    db: Db = None,
+    index_url: IndexUrl = None,
+    api_url: ApiUrl = None,
+    contact: Contact = None,
+    index_rate: IndexRate = None,
+) -> None:
+    """Register the crates a project's Cargo.lock uses, per git tag (or one lock file)."""
+    s = guarded(
+        lambda: settings(
+            cache_dir=cache_dir,
+            db=db,
+            index_url=index_url,
+            api_url=api_url,
+            contact=contact,
+            index_rate=index_rate,
+        )
+    )
+
+    async def body(stop: GracefulStop) -> int:
+        config = CratesConfig.from_settings(s)
+        cache = Path(s.cache_dir)
+        inputs = await pipeline.lock_inputs(
+            repo, tag or [], tags_matching, all_tags, lockfile, label, cache, stop
+        )
+        database = Database(s.db)
+        async with config.make_fetcher() as fetcher:
+            client = CratesClient(fetcher, config.index_url, config.api_url)
+            report = await pipeline.lock(
+                database, client, inputs, cache, config.index_url, pinned_only, stop
+            )
+        render_lock(report, fmt)
+        return exit_code(report.problems, report.interrupted, stop)
+
+    run(body)
+
+
+def render_lock(report: pipeline.LockReport, fmt: Format) -> None:
+    def tables() -> None:
+        table = Table(title="lock", title_justify="left")
+        for column in ("input", "lock", "packages", "external crates", "new events", "problem"):
+            table.add_column(column, justify="left" if column in ("input", "problem") else "right")
+        for r in report.tags:
+            problem = r.error or (
+                f"not in the index: {', '.join(r.not_found)}" if r.not_found else ""
+            )
+            cells = (r.label, r.kind, str(r.packages), str(r.external), str(r.new_events), problem)
+            table.add_row(*(escape(cell) for cell in cells))
+        console.print(table)
+        failed = [r for r in report.tags if r.error]
+        for r in failed:
+            console.print(
+                f"[bold red]failed:[/] {escape(r.error or '')}", highlight=False, soft_wrap=True
+            )
+        document = report.as_json()
+        show(
+            "lock totals",
+            {
+                "inputs": len(report.tags),
+                "unique crates": document["unique_crates"],
+                "new events": document["new_events"],
+                "inputs failed": len(failed),
+            },
+        )
+
+    emit(fmt, report.as_json(), tables)
+
+
+@app.command("refresh")
+def refresh_command(
+    names: Names = None,
+    collect: Annotated[
+        bool, typer.Option("--collect/--no-collect", help="Collect the new events after.")
+    ] = True,
+    fmt: FormatOption = Format.table,
+    db: Db = None,
+    index_url: IndexUrl = None,
+    api_url: ApiUrl = None,
+    contact: Contact = None,
+    api_rate: ApiRate = None,
+    index_rate: IndexRate = None,
+    concurrency: Concurrency = None,
+    redis_url: RedisUrl = None,
+    grace_period: GracePeriod = None,
+) -> None:
+    """Re-check known crates with conditional GETs; register and collect only what changed."""
+    s = guarded(
+        lambda: settings(
+            db=db,
+            index_url=index_url,
+            api_url=api_url,
+            contact=contact,
+            api_rate=api_rate,
+            index_rate=index_rate,
+            concurrency=concurrency,
+            redis_url=redis_url,
+            grace_period=grace_period,
+        )
+    )
+    wanted = guarded(lambda: [validate_name(n) for n in names or []])
+
+    async def body(stop: GracefulStop) -> int:
+        config = CratesConfig.from_settings(s)
+        database = Database(s.db)
+        async with config.make_fetcher() as fetcher:
+            checked = await refresh(database, fetcher, config.index_url, wanted, stop)
+            document: dict[str, object] = {"refresh": checked.as_json()}
+            code = exit_code(bool(checked.failed or checked.gone), checked.interrupted, stop)
+            collected = None
+            if collect and checked.new_events and not stop.requested:
+                client = CratesClient(fetcher, config.index_url, config.api_url)
+                with progress("collecting", fmt) as bar:
+                    collected = await pipeline.collect(
+                        database, client, _collect_settings(s, None, True), stop, (), False, bar
+                    )
+                document.update(collected.as_json())
+                code = max(code, exit_code(collected.problems, collected.interrupted, stop))
+
+        def tables() -> None:
+            rows: dict[str, object] = {
+                "crates checked": checked.checked,
+                "not modified (304)": checked.not_modified,
+                "same content": checked.unchanged_body,
+                "changed": ", ".join(checked.changed) or 0,
+                "new events": checked.new_events,
+                "yanked flags changed": checked.yanked_changes,
+                "gone from the index": ", ".join(checked.gone) or 0,
+            }
+            for name, reason in checked.failed.items():
+                rows[f"failed: {name}"] = reason
+            if checked.interrupted:
+                rows["not checked (interrupted)"] = checked.not_checked
+            show("refresh", rows)
+            if collected is not None:
+                render_collect(collected, Format.table)
+
+        emit(fmt, document, tables)
+        return code
+
+    run(body)
+
+
+@app.command("vulns")
+def vulns_command(
+    source: Annotated[
+        str,
+        typer.Option("--source", help="URL or local path of the OSV dump (zip, folder, .json)."),
+    ] = DEFAULT_OSV_URL,
+    scope: Annotated[
+        str, typer.Option("--scope", help="collected: crates in PRODUCT; all: every crate.")
+    ] = "collected",
+    max_archive_mb: Annotated[int, typer.Option("--max-archive-mb", min=1)] = 512,
+    max_entry_kb: Annotated[int, typer.Option("--max-entry-kb", min=1)] = 4096,
+    fmt: FormatOption = Format.table,
+    db: Db = None,
+    contact: Contact = None,
+) -> None:
+    """Import OSV advisories for crates.io into the VULN tables and match collected versions."""
+    s = guarded(lambda: settings(db=db, contact=contact))
+
+    async def body(stop: GracefulStop) -> int:
+        if scope not in ("collected", "all"):
+            raise InputError(f"--scope must be 'collected' or 'all', not {scope!r}")
+        archive_limit = max_archive_mb * 1024 * 1024
+        data = await _download_or_path(s, source, archive_limit, "OSV source", stop)
+        database = Database(s.db)
+        report = ImportReport()
+        records = read_advisories(data, report.read, max_entry_kb * 1024)
+        await asyncio.to_thread(import_advisories, database, records, scope, report)
+
+        def tables() -> None:
+            show(
+                "vulns",
+                {
+                    "advisories read": report.advisories,
+                    "entries skipped (too large)": report.read.skipped_too_large,
+                    "entries skipped (not OSV JSON)": report.read.skipped_invalid,
+                    f"affected crates in scope ({scope})": report.in_scope,
+                    "RAW rows written": report.raw_written,
+                    "unchanged (not newer)": report.unchanged,
+                    "V1 rows (CVE) written": report.v1_rows,
+                    "withdrawn": report.withdrawn,
+                    "collected versions hit": report.hits,
+                },
+            )
+
+        emit(fmt, _public(report), tables)
+        return 0
+
+    run(body)
+
+
+def _public(report: object) -> dict[str, object]:
+    """A report dataclass as JSON-ready data (nested dataclasses included)."""
+    from dataclasses import asdict, is_dataclass
+
+    assert is_dataclass(report) and not isinstance(report, type)
+    return asdict(report)
+
+
+async def _download_or_path(
+    s: Settings, source: str, limit: int, what: str, stop: GracefulStop
+) -> bytes | Path:
+    """A URL is fetched on the download lane (into memory up to `limit`); a path is checked."""
+    if source.startswith(("http://", "https://")):
+        settings_ = FetchSettings(
+            max_body_bytes=limit, deadline=600.0, timeout=s.timeout, contact=s.contact
+        )
+        lanes = Lanes([Lane("download", source, Rate(s.download_rate))])
+        async with Fetcher(settings_, lanes) as fetcher:
+            return (await fetcher.get(source, lane="download")).content
+    path = Path(source)
+    if not path.exists():
+        raise InputError(f"{what} {source} does not exist")
+    if path.is_file() and path.stat().st_size > limit:
+        raise InputError(f"{what} {source} is larger than {limit} bytes")
+    return path
+
+
+@app.command("audit")
+def audit_command(
+    target: Annotated[str, typer.Argument(help="NAME or NAME@VERSION")],
+    db: Db = None,
+) -> None:
+    """Which advisories hit the collected versions of a crate (run `crates vulns` first)."""
+    from sqlalchemy import select
+
+    from stagecrawl.crates.semver import sort_key
+
+    s = guarded(lambda: settings(db=db))
+
+    def body() -> int:
+        name, _, version = target.partition("@")
+        validate_name(name)
+        database = Database(s.db, read_only=True)
+        hit, raw = database.vuln_hit, database.vuln_raw
+        query = (
+            select(hit.c.VERSION, hit.c.VULN_ID, hit.c.OSV_ID, raw.c.VULN_RANGE, raw.c.SUMMARY)
+            .join(raw, (raw.c.OSV_ID == hit.c.OSV_ID) & (raw.c.PRODUCT_KEY == hit.c.PRODUCT_KEY))
+            .where(hit.c.PRODUCT_KEY == name.lower())
+        )
+        if version:
+            query = query.where(hit.c.VERSION == version)
+        with database.engine.connect() as conn:
+            rows = sorted(conn.execute(query).all(), key=lambda r: (sort_key(r[0]), r[1]))
+        if not rows:
+            console.print(f"no known advisory hits {escape(target)} in {database.safe_url}")
+            return 0
+        table = Table(title=f"advisories hitting {escape(target)}", title_justify="left")
+        for column in ("version", "vuln id", "advisory", "affected range", "summary"):
+            table.add_column(column)
+        for row in rows:
+            table.add_row(*(escape(str(cell or "")) for cell in row))
+        console.print(table)
+        return 0
+
+    raise typer.Exit(guarded(body))
+
+
+@app.command("dbdump")
+def dbdump_command(
+    source: Annotated[
+        str, typer.Option("--source", help="URL or local path of db-dump.tar.gz.")
+    ] = DEFAULT_DUMP_URL,
+    max_gb: Annotated[float, typer.Option("--max-gb", min=0.001, help="Largest download.")] = 8.0,
+    fmt: FormatOption = Format.table,
+    db: Db = None,
+    contact: Contact = None,
+) -> None:
+    """Load the whole registry from crates.io's database dump (no API crawl)."""
+    s = guarded(lambda: settings(db=db, contact=contact))
+
+    async def body(stop: GracefulStop) -> int:
+        with tempfile.TemporaryDirectory(prefix="stagecrawl-dl-") as tmp:
+            if source.startswith(("http://", "https://")):
+                if "crates.io" in source:
+                    require_contact(FetchSettings(contact=s.contact), "crates.io asks for one")
+                path = Path(tmp) / "db-dump.tar.gz"
+                settings_ = FetchSettings(contact=s.contact, timeout=300.0)
+                lanes = Lanes([Lane("download", source, Rate(s.download_rate))])
+                async with Fetcher(settings_, lanes) as fetcher:
+                    await fetcher.download(source, path, int(max_gb * 1024**3), lane="download")
+            else:
+                path = Path(source)
+                if not path.is_file():
+                    raise InputError(f"dump {source} does not exist")
+            database = Database(s.db)
+            with progress("loading dump", fmt) as bar:
+                report = await asyncio.to_thread(
+                    load_dump, database, path, lambda _what, n: bar.update(n, None, {})
+                )
+        rate = report.versions / report.seconds if report.seconds else 0
+
+        def tables() -> None:
+            show(
+                "dbdump",
+                {
+                    "crates (PRODUCT)": report.crates,
+                    "versions (VERSION)": report.versions,
+                    "dependencies": report.dependencies,
+                    "wall time": f"{report.seconds:.1f}s",
+                    "versions/s": f"{rate:.0f}",
+                },
+            )
+
+        emit(fmt, _public(report), tables)
+        return 0
+
+    run(body)
+
+
+licenses_app = typer.Typer(help="License standardisation.", no_args_is_help=True)
+app.add_typer(licenses_app, name="licenses")
+
+
+@licenses_app.command("backfill")
+def licenses_backfill(
+    recompute_all: Annotated[
+        bool, typer.Option("--all", help="Recompute every row, not only those lacking them.")
+    ] = False,
+    fmt: FormatOption = Format.table,
+    db: Db = None,
+) -> None:
+    """Fill STANDARD_LICENSE and LICENSE_IDS from the stored LICENSE (no network)."""
+    s = guarded(lambda: settings(db=db))
+
+    def body() -> int:
+        report = backfill(Database(s.db), recompute_all)
+
+        def tables() -> None:
+            rows: dict[str, object] = {
+                "rows": report.rows,
+                "matched": report.matched,
+                "unmatched": report.unmatched,
+                "no license (license-file)": report.no_license,
+            }
+            for text, count in report.common_unmatched:
+                rows[f"  unmatched: {text}"] = count
+            show("licenses backfill", rows)
+
+        emit(fmt, _public(report), tables)
+        return 0
+
+    raise typer.Exit(guarded(body))
+
+
+def licenses_import(
+    file: Annotated[Path, typer.Argument(help="CSV or JSON: ID, NAME_SHORT, NAME, MAPPING, URL.")],
+    db: Db = None,
+) -> None:
+    """Load a license reference into TB_LICENSE_V2 (upsert by ID)."""
+    s = guarded(lambda: settings(db=db))
+
+    def body() -> int:
+        count = import_reference(Database(s.db), file)
+        console.print(f"imported {count} license rows")
+        return 0
+
+    raise typer.Exit(guarded(body))
+
+
+__all__ = ["EXIT_PARTIAL", "app", "licenses_import"]

@@ -1,0 +1,226 @@
+"""`stagecrawl status` (read-only: never creates or changes anything) and `stagecrawl demo`."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+from sqlalchemy import func, select
+
+from stagecrawl.cli.common import Db, Format, FormatOption, console, emit, guarded, run, settings
+from stagecrawl.crates.queue import STATE_NAMES, utcnow
+from stagecrawl.engine.frontier import STATE_NAMES as FRONTIER_STATES
+from stagecrawl.engine.progress import summary_table
+from stagecrawl.engine.shutdown import GracefulStop
+from stagecrawl.errors import StorageError
+from stagecrawl.storage.db import Database
+
+
+def crates_status(db: Database) -> dict[str, Any]:
+    table, seed = db.list, db.seed
+    with db.engine.connect() as conn:
+        by_state = conn.execute(
+            select(table.c.PROCESSED, func.count()).group_by(table.c.PROCESSED)
+        ).all()
+        by_source = conn.execute(
+            select(table.c.SOURCE, func.count()).group_by(table.c.SOURCE)
+        ).all()
+        resync = conn.execute(select(func.count()).where(table.c.RESYNC.is_(True))).scalar_one()
+        reasons = conn.execute(
+            select(table.c.NAME, table.c.PROCESSED, table.c.LAST_ERROR)
+            .where(table.c.PROCESSED >= 30)
+            .group_by(table.c.NAME, table.c.PROCESSED, table.c.LAST_ERROR)
+            .order_by(table.c.NAME)
+            .limit(20)
+        ).all()
+        seeds = conn.execute(
+            select(seed.c.NAME, seed.c.STATE, seed.c.LAST_ERROR)
+            .where(seed.c.STATE >= 30)
+            .order_by(seed.c.NAME)
+            .limit(50)
+        ).all()
+        pending_seeds = conn.execute(select(func.count()).where(seed.c.STATE == 0)).scalar_one()
+        versions = conn.execute(select(func.count()).select_from(db.version)).scalar_one()
+        products = conn.execute(select(func.count()).select_from(db.product)).scalar_one()
+    return {
+        "database": db.safe_url,
+        "list": [
+            {"processed": int(p), "meaning": STATE_NAMES.get(int(p), "?"), "events": int(n)}
+            for p, n in sorted(by_state)
+        ],
+        "sources": {str(s): int(n) for s, n in sorted(by_source)},
+        "resync_asked": int(resync),
+        "ladder": [{"crate": n, "processed": int(p), "reason": e} for n, p, e in reasons],
+        "seed_ladder": [{"crate": n, "state": int(p), "reason": e} for n, p, e in seeds],
+        "seeds_pending": int(pending_seeds),
+        "versions": int(versions),
+        "products": int(products),
+        "workers": live_workers(db),
+    }
+
+
+def live_workers(db: Database) -> list[dict[str, Any]]:
+    """Workers whose heartbeat is within the last minute, their leases and rates."""
+    now = utcnow()
+    worker, events = db.worker, db.list
+    with db.engine.connect() as conn:
+        rows = conn.execute(
+            select(worker)
+            .where(worker.c.HEARTBEAT >= now - timedelta(minutes=1))
+            .order_by(worker.c.STARTED)
+        ).all()
+        leases: dict[str, int] = {
+            str(k): int(v)
+            for k, v in conn.execute(
+                select(events.c.CLAIMED_BY, func.count())
+                .where(events.c.CLAIMED_UNTIL >= now)
+                .group_by(events.c.CLAIMED_BY)
+            ).all()
+        }
+    result = []
+    for row in rows:
+        seconds = max(1.0, (row.HEARTBEAT - row.STARTED).total_seconds())
+        result.append(
+            {
+                "worker": row.WORKER_ID,
+                "since": str(row.STARTED),
+                "leased_events": leases.get(row.WORKER_ID, 0),
+                "events_done": row.EVENTS_DONE,
+                "events_per_second": round(row.EVENTS_DONE / seconds, 2),
+                "requests": row.REQUESTS,
+                "shared_limit": bool(row.SHARED_LIMIT),
+            }
+        )
+    return result
+
+
+def aircraft_status(out: Path) -> dict[str, Any]:
+    """The aircraft frontiers' states and retry ladders, read without taking their locks."""
+    folder = out / ".stagecrawl"
+    if not folder.is_dir():
+        raise StorageError(f"no aircraft crawl in {out}: nothing collected yet (or a wrong path)")
+    passes: dict[str, Any] = {}
+    for path in sorted(folder.glob("*.frontier.sqlite")):
+        name = path.name.split(".", 1)[0]
+        try:
+            conn = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)
+            try:
+                counts = dict(
+                    conn.execute("SELECT state, COUNT(*) FROM requests GROUP BY state").fetchall()
+                )
+                columns = {r[1] for r in conn.execute("PRAGMA table_info(requests)")}
+                attempts = "attempts" if "attempts" in columns else "0"
+                ladder = conn.execute(
+                    f"SELECT url, state, {attempts}, error FROM requests WHERE state IN (3, 4)"
+                    " ORDER BY seq LIMIT 20"
+                ).fetchall()
+            finally:
+                conn.close()
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot read {path}: {exc}") from None
+        passes[name] = {
+            "states": {FRONTIER_STATES.get(int(k), str(k)): int(v) for k, v in counts.items()},
+            "ladder": [
+                {"url": u, "state": FRONTIER_STATES.get(int(s), str(s)), "attempts": a, "reason": e}
+                for u, s, a, e in ladder
+            ],
+        }
+    return {"folder": str(out), "passes": passes}
+
+
+def status(
+    fmt: FormatOption = Format.table,
+    db: Db = None,
+    aircraft: Annotated[
+        Path | None, typer.Option("--aircraft", help="Also show an aircraft output folder.")
+    ] = None,
+) -> None:
+    """The LIST ladder and sources, the seed ladder, table totals and live workers (and an
+    aircraft crawl's retry ladder with --aircraft DIR). Read-only: never creates anything."""
+    s = guarded(lambda: settings(db=db))
+
+    def body() -> int:
+        document: dict[str, Any] = {}
+        if aircraft is None or s.sources["db"] != "default":
+            document["crates"] = crates_status(Database(s.db, read_only=True))
+        if aircraft is not None:
+            document["aircraft"] = aircraft_status(aircraft)
+        emit(fmt, document, lambda: _tables(document))
+        return 0
+
+    raise typer.Exit(guarded(body))
+
+
+def _tables(document: dict[str, Any]) -> None:
+    crates = document.get("crates")
+    if crates is not None:
+        out = Table(title=f"LIST in {escape(crates['database'])}", title_justify="left")
+        out.add_column("PROCESSED", justify="right")
+        out.add_column("meaning")
+        out.add_column("events", justify="right")
+        for row in crates["list"]:
+            out.add_row(str(row["processed"]), row["meaning"], str(row["events"]))
+        console.print(out)
+        if crates["ladder"]:
+            ladder = Table(title="retry ladder (next run)", title_justify="left")
+            for column in ("crate", "PROCESSED", "last reason"):
+                ladder.add_column(column)
+            for row in crates["ladder"]:
+                ladder.add_row(
+                    escape(row["crate"]), str(row["processed"]), escape(row["reason"] or "")
+                )
+            console.print(ladder)
+        rows: dict[str, object] = {"events by SOURCE": ""}
+        rows.update({f"  {k}": v for k, v in crates["sources"].items()})
+        rows["RESYNC asked"] = crates["resync_asked"]
+        rows["seeds pending"] = crates["seeds_pending"]
+        for seed in crates["seed_ladder"]:
+            rows[f"seed ladder: {seed['crate']}"] = seed["reason"] or ""
+        rows["VERSION rows"] = crates["versions"]
+        rows["PRODUCT rows"] = crates["products"]
+        console.print(summary_table("totals", rows))
+        if not crates["workers"]:
+            console.print("no live workers")
+        else:
+            table = Table(title="live workers", title_justify="left")
+            columns = ("worker", "since", "leased events", "events done", "events/s", "requests")
+            for column in (*columns, "shared limit"):
+                table.add_column(column)
+            for w in crates["workers"]:
+                table.add_row(
+                    escape(w["worker"]),
+                    w["since"],
+                    str(w["leased_events"]),
+                    str(w["events_done"]),
+                    f"{w['events_per_second']:.1f}",
+                    str(w["requests"]),
+                    "redis" if w["shared_limit"] else "own bucket",
+                )
+            console.print(table)
+    aircraft = document.get("aircraft")
+    if aircraft is not None:
+        for name, data in aircraft["passes"].items():
+            rows = {f"  {k}": v for k, v in data["states"].items()}
+            for entry in data["ladder"]:
+                rows[f"×{entry['attempts']} {entry['url'][:80]}"] = entry["reason"] or ""
+            console.print(summary_table(f"aircraft {name} frontier", rows))
+
+
+def demo(
+    out: Annotated[Path, typer.Option("--out", help="Where the demo writes.")] = Path(
+        "stagecrawl-demo"
+    ),
+) -> None:
+    """Try stagecrawl offline: the whole pipeline against a bundled 127.0.0.1 mirror."""
+    from stagecrawl.cli.common import state
+    from stagecrawl.demo import run_demo
+
+    async def body(stop: GracefulStop) -> int:
+        return await run_demo(out, console, state["quiet"], stop)
+
+    run(body)

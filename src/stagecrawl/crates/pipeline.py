@@ -1,0 +1,263 @@
+"""The crates pipeline's phases as the CLI and the demo run them, written once.
+
+`seed` asks the index about queued names; `collect` runs the LIST through the collector and,
+alongside it, any names still on the seed queue (new ones, or the seed ladder's retries), so
+`crates crawl` starts collecting the first crate while the others are still being seeded and
+ends at about the API's floor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from stagecrawl.crates.client import CratesClient
+from stagecrawl.crates.licenses import AiLicenseClient
+from stagecrawl.crates.lock import (
+    LOCKFILE,
+    GitRepo,
+    LockedPackage,
+    TagReport,
+    cargo_home,
+    lock_at_tag,
+    parse_lockfile,
+    register_lock,
+    select_tags,
+)
+from stagecrawl.crates.queue import COLLECTED, NOT_FOUND, SKIPPED
+from stagecrawl.crates.seeding import Seeder, SeedReport, add_seeds
+from stagecrawl.crates.worker import Collector, CollectSettings, CollectSummary
+from stagecrawl.engine.progress import ProgressReporter
+from stagecrawl.engine.shutdown import GracefulStop, Interrupted
+from stagecrawl.engine.work import LoopStats
+from stagecrawl.errors import InputError
+from stagecrawl.storage.db import Database
+
+
+@dataclass
+class CollectReport:
+    """What a seed, collect or crawl run did, for the summary, JSON output and exit code."""
+
+    seed: SeedReport | None = None
+    collect: CollectSummary | None = None
+    requests: dict[str, int] = field(default_factory=dict)  # per lane
+    rate_limited: dict[str, int] = field(default_factory=dict)  # 429s per lane
+    ai_calls: int | None = None
+    ai_warnings: int | None = None
+
+    @property
+    def interrupted(self) -> bool:
+        return bool(
+            (self.seed and self.seed.interrupted) or (self.collect and self.collect.interrupted)
+        )
+
+    @property
+    def problems(self) -> bool:
+        seed = self.seed is not None and self.seed.problems
+        collect = self.collect is not None and bool(
+            self.collect.failed or self.collect.outcomes[NOT_FOUND]
+        )
+        return seed or collect
+
+    def as_json(self) -> dict[str, Any]:
+        document: dict[str, Any] = {}
+        if self.seed is not None:
+            document["seed"] = self.seed.as_json()
+        if self.collect is not None:
+            c = self.collect
+            document["collect"] = {
+                "crates_written": c.crates,
+                "collected": c.outcomes[COLLECTED],
+                "skipped": c.outcomes[SKIPPED],
+                "not_found": c.outcomes[NOT_FOUND],
+                "yanked": c.yanked,
+                "failed": c.failed,
+                "failures": dict(sorted(c.failures.items())),
+                "lost_leases": c.lost_leases,
+                "released": c.released,
+                "interrupted": c.interrupted,
+                "wall_seconds": round(c.wall_seconds, 3),
+            }
+        document["requests"] = dict(sorted(self.requests.items()))
+        document["rate_limited"] = dict(sorted(self.rate_limited.items()))
+        if self.ai_calls is not None:
+            document["ai"] = {"calls": self.ai_calls, "warnings": self.ai_warnings}
+        return document
+
+
+def _traffic(report: CollectReport, client: CratesClient, ai: AiLicenseClient | None) -> None:
+    stats = client.fetcher.stats
+    report.requests = dict(stats.requests)
+    report.rate_limited = {lane: n for lane, n in stats.rate_limited.items() if n}
+    if ai is not None:
+        report.ai_calls, report.ai_warnings = ai.calls, ai.warnings
+
+
+async def seed(
+    db: Database,
+    client: CratesClient,
+    names: Sequence[str],
+    stop: GracefulStop,
+    resync: bool = False,
+    progress: ProgressReporter | None = None,
+) -> CollectReport:
+    """Queue the names, then register every version the index lists for each."""
+    queued = await asyncio.to_thread(add_seeds, db, names, resync)
+
+    def on_commit(stats: LoopStats) -> None:
+        if progress is not None:
+            progress.update(stats.completed, max(queued, stats.claimed), {})
+
+    seeder = Seeder(db, client, stop, on_commit=on_commit)
+    report = CollectReport(seed=await seeder.run())
+    _traffic(report, client, None)
+    return report
+
+
+async def collect(
+    db: Database,
+    client: CratesClient,
+    settings: CollectSettings,
+    stop: GracefulStop,
+    names: Sequence[str] = (),
+    resync: bool = False,
+    progress: ProgressReporter | None = None,
+    ai: AiLicenseClient | None = None,
+) -> CollectReport:
+    """Collect the LIST; the seed queue (these names, and earlier seeds still waiting) is
+    worked alongside, and its events are collected as they are registered."""
+    if names:
+        await asyncio.to_thread(add_seeds, db, names, resync)
+    collector: Collector | None = None
+    seen = 0
+
+    def seeded(_stats: LoopStats) -> None:
+        nonlocal seen
+        if collector is not None:
+            collector.add_to_total(seeder.queue.registered - seen)
+        seen = seeder.queue.registered
+
+    seeder = Seeder(db, client, stop, on_commit=seeded)
+    collector = Collector(
+        db,
+        client,
+        settings,
+        progress,
+        ai=ai,
+        stop=stop,
+        more_coming=lambda: not seeder.finished.is_set(),
+    )
+    # Two phases side by side, each on its own work loop; the collector waits for the seeder
+    # (more_coming) before it decides the queue is finished.
+    seed_report, summary = await asyncio.gather(seeder.run(), collector.run())
+    report = CollectReport(seed=seed_report, collect=summary)
+    _traffic(report, client, ai)
+    return report
+
+
+@dataclass
+class LockInputs:
+    """What lock mode reads: a repository's tags, or one lock file (checked before any
+    registration, so a bad input changes nothing)."""
+
+    label: str
+    tags: list[str]
+    repo: GitRepo | None = None
+    lockfile_packages: list[LockedPackage] = field(default_factory=list)
+
+
+async def lock_inputs(
+    repo: str | None,
+    tags: Sequence[str],
+    pattern: str | None,
+    all_tags: bool,
+    lockfile: Path | None,
+    label: str | None,
+    cache_dir: Path,
+    stop: GracefulStop | None = None,
+) -> LockInputs:
+    if (repo is None) == (lockfile is None):
+        raise InputError("give either a repository or --lockfile PATH")
+    if lockfile is not None:
+        try:
+            text = lockfile.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(f"cannot read {lockfile}: {exc}") from None
+        packages = parse_lockfile(text, str(lockfile))
+        name = label or lockfile.resolve().parent.name or "lockfile"
+        return LockInputs(name, [""], lockfile_packages=packages)
+    assert repo is not None
+    if not (tags or pattern or all_tags):
+        raise InputError("say which tags: --tag T (repeatable), --tags-matching GLOB or --all-tags")
+    git = GitRepo(repo, cache_dir, stop)
+    await git.sync()
+    chosen = select_tags(await git.tags(), list(tags), pattern, all_tags)
+    if not chosen:
+        raise InputError(f"no tag of {repo} matches {pattern!r}")
+    return LockInputs(label or git.label, chosen, repo=git)
+
+
+@dataclass
+class LockReport:
+    tags: list[TagReport] = field(default_factory=list)
+    interrupted: bool = False
+
+    @property
+    def problems(self) -> bool:
+        return any(r.error or r.not_found for r in self.tags)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "inputs": [
+                {
+                    "label": r.label,
+                    "lock": r.kind,
+                    "packages": r.packages,
+                    "external_crates": r.external,
+                    "new_events": r.new_events,
+                    "not_found": list(r.not_found),
+                    "index_failed": r.index_failed or {},
+                    "error": r.error,
+                }
+                for r in self.tags
+            ],
+            "unique_crates": len(frozenset().union(*(r.crates for r in self.tags))),
+            "new_events": sum(r.new_events for r in self.tags),
+            "interrupted": self.interrupted,
+        }
+
+
+async def lock(
+    db: Database,
+    client: CratesClient | None,
+    inputs: LockInputs,
+    cache_dir: Path,
+    index_url: str,
+    pinned_only: bool,
+    stop: GracefulStop,
+) -> LockReport:
+    """Register what each tag's (or the lock file's) resolved Cargo.lock uses."""
+    report = LockReport()
+    home = cargo_home(cache_dir, index_url) if inputs.repo else None
+    for tag in inputs.tags:
+        if stop.requested:
+            report.interrupted = True
+            break
+        tag_report = TagReport(f"{inputs.label}@{tag}" if inputs.repo else inputs.label)
+        report.tags.append(tag_report)
+        try:
+            if inputs.repo is not None and home is not None:
+                packages, tag_report.kind = await lock_at_tag(inputs.repo, tag, home)
+            else:
+                packages, tag_report.kind = inputs.lockfile_packages, LOCKFILE
+            await register_lock(db, client, tag_report, packages, pinned_only, stop)
+        except InputError as exc:
+            tag_report.error = str(exc)
+        except Interrupted:
+            report.interrupted = True
+            tag_report.error = "interrupted"
+            break
+    return report

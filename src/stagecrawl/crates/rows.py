@@ -1,0 +1,96 @@
+"""The rows the crates pipeline writes: VERSION, PRODUCT and the index state, from the index
+entry (authoritative) and the API answer (enrichment only)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stagecrawl.crates.api import ApiCrate, parse_time
+from stagecrawl.crates.client import IndexEntry
+from stagecrawl.crates.index import IndexVersion
+from stagecrawl.crates.licenses import LicenseMatcher
+from stagecrawl.crates.names import product_key
+from stagecrawl.crates.queue import COLLECTED
+from stagecrawl.crates.semver import latest_version
+from stagecrawl.storage.db import dumps
+
+LANGUAGE, REPOSITORY = "rust", "Cargo"
+CRATES_IO_PAGE = "https://crates.io/crates/"
+
+
+def version_row(
+    real: str,
+    version: IndexVersion,
+    api: ApiCrate | None,
+    now: Any,
+    licenses: LicenseMatcher | None = None,
+    ai_ids: dict[str, str | None] | None = None,
+) -> dict[str, Any]:
+    api_version = api.versions.get(version.vers) if api else None
+    released = api_version.created_at if api_version else None
+    license_text = api_version.license if api_version else None
+    standard = licenses.standardise(license_text) if licenses else None
+    return {
+        "LANGUAGE": LANGUAGE,
+        "REPOSITORY": REPOSITORY,
+        "PRODUCT_KEY": product_key(real),
+        "VERSION": version.vers,
+        "NAME": real,
+        "DESCRIPTION": api.description if api else None,
+        "LICENSE": license_text,
+        "STANDARD_LICENSE": standard.standard_license if standard else None,
+        "LICENSE_IDS": standard.license_ids if standard else None,
+        "LICENSE_AI": (ai_ids or {}).get(license_text or ""),
+        "DEPENDENCIES": dumps(version.dependencies()),
+        "FEATURES": dumps(version.features),
+        "CHECKSUM": version.cksum,
+        "YANKED": version.yanked,
+        "RUST_VERSION": version.rust_version,
+        "LINKS": version.links,
+        "URL": f"{CRATES_IO_PAGE}{real}/{version.vers}",
+        "SCM": _scm(api),
+        "DOWNLOADS": api_version.downloads if api_version else None,
+        "RELEASE_DATE": released or parse_time(version.pubtime),
+        "PROCESSED": COLLECTED,
+        "LAST_UPDATED": now,
+    }
+
+
+def product_row(entry: IndexEntry, api: ApiCrate | None, now: Any) -> dict[str, Any]:
+    pairs = [(v.vers, v.yanked) for v in entry.versions]
+    return {
+        "LANGUAGE": LANGUAGE,
+        "REPOSITORY": REPOSITORY,
+        "PRODUCT_KEY": product_key(entry.real_name),
+        "NAME": entry.real_name,
+        "DESCRIPTION": api.description if api else None,
+        "LATEST_VERSION": latest_version(pairs),
+        "COMP_STATUS": "ACTIVE" if any(not y for _, y in pairs) else "YANKED",
+        "URL": CRATES_IO_PAGE + entry.real_name,
+        "SCM": _scm(api),
+        "KEYWORDS": dumps(api.keywords) if api else None,
+        "CATEGORIES": dumps(api.categories) if api else None,
+        "DOWNLOADS": api.downloads if api else None,
+        "VERSION_COUNT": len(pairs),
+        "LAST_UPDATED": now,
+    }
+
+
+def index_state_row(entry: IndexEntry, now: Any) -> dict[str, Any]:
+    """What refresh needs to ask the index "changed since?" next time."""
+    return {
+        "PRODUCT_KEY": product_key(entry.real_name),
+        "NAME": entry.real_name,
+        "ETAG": entry.validators.etag,
+        "LAST_MODIFIED": entry.validators.last_modified,
+        "CONTENT_SHA256": entry.sha256,
+        "CHECKED_AT": now,
+    }
+
+
+def _scm(api: ApiCrate | None) -> str | None:
+    if api is None:
+        return None
+    return dumps(
+        {"repository": api.repository, "homepage": api.homepage, "documentation": api.documentation}
+    )

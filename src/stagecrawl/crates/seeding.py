@@ -1,0 +1,286 @@
+"""Seeding: which crates to collect, turned into LIST events by asking the sparse index.
+
+Names are first written to TB_STAGECRAWL_SEED (no network), then a work loop asks the index
+for each and registers every version it lists as LIST events. The seed table is the seeds'
+retry ladder: a crate whose index request failed stays there with its reason and is tried
+again by the next `seed`, `crawl` or `collect`; a crate the index does not know is marked
+not found. Registering is idempotent, so a seed redone after a crash changes nothing twice.
+
+Seeding has no leases: two processes seeding the same name at once both ask the index and both
+register the same events, which merge (one request wasted, nothing wrong).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import bindparam, or_, select, update
+from sqlalchemy.exc import IntegrityError
+
+from stagecrawl.crates.client import CratesClient, IndexEntry
+from stagecrawl.crates.index import IndexFormatError
+from stagecrawl.crates.names import identity_key, validate_name
+from stagecrawl.crates.queue import (
+    CLAIMABLE,
+    COLLECTED,
+    GAVE_UP,
+    NOT_FOUND,
+    PENDING,
+    NewEvent,
+    RegisterCounts,
+    next_failure_state,
+    register,
+    utcnow,
+)
+from stagecrawl.engine.shutdown import GracefulStop
+from stagecrawl.engine.work import LoopSettings, LoopStats, WorkLoop
+from stagecrawl.errors import FetchError, NotFound
+from stagecrawl.storage.db import Database
+
+log = logging.getLogger("stagecrawl.seed")
+SEEDED = COLLECTED  # the seed row's "done" state
+
+
+@dataclass(frozen=True)
+class Seed:
+    crate_name: str  # identity key
+    name: str  # as given
+    state: int
+    resync: bool
+
+
+@dataclass
+class SeedResult:
+    seed: Seed
+    entry: IndexEntry | None
+    state: int
+    error: str | None = None
+
+
+@dataclass
+class SeedReport:
+    counts: RegisterCounts = field(default_factory=RegisterCounts)
+    crates: dict[str, int] = field(default_factory=dict)  # real name -> versions registered
+    not_found: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # on the seed ladder, with the reason
+    gave_up: list[str] = field(default_factory=list)
+    released: int = 0
+    interrupted: bool = False
+
+    @property
+    def problems(self) -> bool:
+        return bool(self.not_found or self.failed or self.gave_up)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "crates": dict(sorted(self.crates.items())),
+            "versions_seen": sum(self.crates.values()),
+            "new_events": self.counts.new,
+            "merged_events": self.counts.merged,
+            "requeued_events": self.counts.requeued,
+            "not_found": sorted(self.not_found),
+            "failed": dict(sorted(self.failed.items())),
+            "gave_up": sorted(self.gave_up),
+            "interrupted": self.interrupted,
+        }
+
+
+def add_seeds(db: Database, names: Sequence[str], resync: bool = False) -> int:
+    """Put names on the seed queue (pending). A name already seeded is asked again: the index
+    may list new versions since. Returns how many names were queued."""
+    unique: dict[str, str] = {}
+    for name in names:
+        unique.setdefault(identity_key(validate_name(name)), name)  # first spelling wins
+    if not unique:
+        return 0
+    table = db.seed
+    now = utcnow()
+    for attempt in range(2):
+        try:
+            with db.engine.begin() as conn:
+                known = {
+                    str(r[0]).lower()
+                    for r in conn.execute(
+                        select(table.c.CRATE_NAME).where(table.c.CRATE_NAME.in_(list(unique)))
+                    )
+                }
+                fresh = [
+                    {
+                        "CRATE_NAME": key,
+                        "NAME": name,
+                        "STATE": PENDING,
+                        "RESYNC": resync,
+                        "LAST_UPDATED": now,
+                    }
+                    for key, name in unique.items()
+                    if key not in known
+                ]
+                if fresh:
+                    conn.execute(table.insert(), fresh)
+                again = [
+                    {"b_key": key, "NAME": unique[key], "RESYNC": resync} for key in sorted(known)
+                ]
+                if again:
+                    conn.execute(
+                        update(table)
+                        .where(table.c.CRATE_NAME == bindparam("b_key"))
+                        .values(
+                            NAME=bindparam("NAME"),
+                            STATE=PENDING,
+                            RESYNC=or_(table.c.RESYNC, bindparam("RESYNC")),
+                            LAST_ERROR=None,
+                            LAST_UPDATED=now,
+                        ),
+                        again,
+                    )
+            break
+        except IntegrityError:  # another process queued one of them between read and insert
+            if attempt:
+                raise
+    return len(unique)
+
+
+class SeedQueue:
+    """TB_STAGECRAWL_SEED behind the work-loop contract."""
+
+    def __init__(self, db: Database, report: SeedReport, resync_all: bool = False) -> None:
+        self.db = db
+        self.report = report
+        self.resync_all = resync_all
+        self._held: set[str] = set()
+        self._failed: set[str] = set()  # failed in this run: their next try is the next run
+        self.registered = 0  # new LIST events, for a collector running alongside
+
+    def _claimable(self, limit: int) -> list[Seed]:
+        table = self.db.seed
+        skip = sorted(self._held | self._failed)
+        query = select(table.c.CRATE_NAME, table.c.NAME, table.c.STATE, table.c.RESYNC).where(
+            table.c.STATE.in_(CLAIMABLE)
+        )
+        if skip:
+            query = query.where(table.c.CRATE_NAME.not_in(skip))
+        with self.db.engine.connect() as conn:
+            rows = conn.execute(query.order_by(table.c.CRATE_NAME).limit(limit)).all()
+        return [Seed(str(r[0]).lower(), r[1], int(r[2]), bool(r[3])) for r in rows]
+
+    async def claim(self, limit: int) -> list[Seed]:
+        seeds = await asyncio.to_thread(self._claimable, limit)
+        self._held.update(s.crate_name for s in seeds)
+        return seeds
+
+    async def release(self, units: Sequence[Seed]) -> None:
+        self._held.difference_update(s.crate_name for s in units)
+        self.report.released += len(units)
+
+    async def is_empty(self) -> bool:
+        return not await asyncio.to_thread(self._claimable, 1)
+
+    async def is_finished(self) -> bool:
+        return not self._held and await self.is_empty()
+
+    async def complete(self, results: Sequence[SeedResult]) -> None:
+        await asyncio.to_thread(self._complete, results)
+        for result in results:
+            self._held.discard(result.seed.crate_name)
+
+    def _complete(self, results: Sequence[SeedResult]) -> None:
+        events: list[NewEvent] = []
+        resync: list[NewEvent] = []
+        for result in results:
+            if result.entry is None:
+                continue
+            target = resync if (result.seed.resync or self.resync_all) else events
+            target += [
+                NewEvent(result.entry.real_name, v.vers, "seed", yanked=v.yanked)
+                for v in result.entry.versions
+            ]
+        counts = RegisterCounts()
+        if events:
+            counts.add(register(self.db, events))
+        if resync:
+            counts.add(register(self.db, resync, resync=True))
+        table = self.db.seed
+        now = utcnow()
+        with self.db.engine.begin() as conn:
+            conn.execute(
+                update(table)
+                .where(table.c.CRATE_NAME == bindparam("b_key"))
+                .values(
+                    STATE=bindparam("b_state"),
+                    VERSIONS=bindparam("b_versions"),
+                    LAST_ERROR=bindparam("b_error"),
+                    RESYNC=False,
+                    LAST_UPDATED=now,
+                ),
+                [
+                    {
+                        "b_key": r.seed.crate_name,
+                        "b_state": r.state,
+                        "b_versions": len(r.entry.versions) if r.entry else None,
+                        "b_error": r.error,
+                    }
+                    for r in results
+                ],
+            )
+        report = self.report
+        report.counts.add(counts)
+        self.registered += counts.new + counts.requeued
+        for r in results:
+            if r.entry is not None:
+                report.crates[r.entry.real_name] = len(r.entry.versions)
+            elif r.state == NOT_FOUND:
+                report.not_found.append(r.seed.name)
+            elif r.state == GAVE_UP:
+                report.gave_up.append(r.seed.name)
+                report.failed[r.seed.name] = r.error or ""
+            else:
+                report.failed[r.seed.name] = r.error or ""
+
+
+class Seeder:
+    """Asks the index for each queued name, on the work loop."""
+
+    def __init__(
+        self,
+        db: Database,
+        client: CratesClient,
+        stop: GracefulStop,
+        concurrency: int = 8,
+        resync_all: bool = False,
+        on_commit: Callable[[LoopStats], None] | None = None,
+    ) -> None:
+        self.report = SeedReport()
+        self.client = client
+        self.queue = SeedQueue(db, self.report, resync_all)
+        self.loop = WorkLoop(
+            self.queue,
+            self._process,
+            LoopSettings(concurrency=concurrency, commit_batch=256, grace_period=5.0),
+            stop,
+            on_commit,
+        )
+        self.finished = asyncio.Event()
+
+    async def run(self) -> SeedReport:
+        try:
+            stats = await self.loop.run()
+            self.report.interrupted = stats.interrupted
+        finally:
+            self.finished.set()
+        return self.report
+
+    async def _process(self, seed: Seed) -> SeedResult:
+        try:
+            entry = await self.client.index(seed.name)
+        except NotFound:
+            return SeedResult(seed, None, NOT_FOUND, "not in the index")
+        except (FetchError, IndexFormatError) as exc:
+            self.queue._failed.add(seed.crate_name)
+            log.warning("seeding %s failed: %s", seed.name, exc)
+            state = next_failure_state(seed.state)
+            return SeedResult(seed, None, state, f"index: {exc}"[:2000])
+        return SeedResult(seed, entry, SEEDED)

@@ -1,0 +1,283 @@
+"""The one work loop of every pipeline: claim → N workers → one committer → complete/release.
+
+    queue --claim--> [units] --> N workers (process) --> [results] --> committer
+      ^                                                                  |
+      +--------------- complete(batch) / release(unstarted) <------------+
+
+A pipeline gives the loop two things: a `WorkQueue` (where the work is kept, durably or not)
+and a `process` coroutine (one unit in, one result out; it must turn its own failures into a
+result). The loop keeps a bounded number of units claimed ahead of the workers, batches results
+into one `complete` call per batch (flushed by size or by a short time bound, so progress stays
+live and a kill loses at most the open batch, which the queue hands out again), and ends when
+the queue says it is finished and nothing is in flight.
+
+On a stop request it claims nothing more, gives unstarted units back at once, lets the workers
+finish within the grace period, cancels the late ones and gives their units back too: nothing
+is lost and nothing is left held.
+
+The contract is crawlee-python's RequestLoader/RequestManager trimmed to what a durable queue
+with leases needs: claim (fetch_next_request, in batches), complete (mark_request_as_handled,
+the retry ladder is the queue's business), release (reclaim_request), is_empty and is_finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
+
+from stagecrawl.engine.shutdown import GracefulStop
+
+log = logging.getLogger("stagecrawl.work")
+
+U = TypeVar("U")  # a unit of work, as the queue hands it out
+R = TypeVar("R")  # what processing one unit produced
+U_contra = TypeVar("U_contra", contravariant=True)
+R_contra = TypeVar("R_contra", contravariant=True)
+
+
+class WorkQueue(Protocol[U, R_contra]):
+    async def claim(self, limit: int) -> Sequence[U]:
+        """Up to `limit` units to work on, held for this run (leased) until completed or
+        released; [] when nothing is claimable right now."""
+        ...
+
+    async def complete(self, results: Sequence[R_contra]) -> None:
+        """Record a batch of results durably (items, outcomes, the retry ladder)."""
+
+    async def release(self, units: Sequence[U]) -> None:
+        """Give claimed units back untouched (a stop before or during their processing)."""
+
+    async def is_empty(self) -> bool:
+        """Nothing claimable right now (work may still be held by someone, or still coming)."""
+        ...
+
+    async def is_finished(self) -> bool:
+        """Nothing claimable and nothing that can become claimable in this run: the loop ends
+        once its own in-flight work is committed."""
+        ...
+
+
+@dataclass
+class LoopSettings:
+    """Work-loop settings with their documented defaults (see docs/operations.md)."""
+
+    concurrency: int = 8
+    claim_ahead: int = 0  # units held ready beyond the workers; 0 = the concurrency
+    commit_batch: int = 64  # results per `complete` call at most
+    commit_linger: float = 0.0  # seconds a partial batch may wait for more results
+    grace_period: float = 10.0  # seconds in-flight work may take to finish after a stop
+    poll_interval: float = 1.0  # seconds between claims when work is held elsewhere
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+
+
+@dataclass
+class LoopStats:
+    claimed: int = 0
+    completed: int = 0
+    batches: int = 0
+    released: int = 0
+    crashed: int = 0
+    interrupted: bool = False
+    wall_seconds: float = 0.0
+    errors: Counter[str] = field(default_factory=Counter)
+
+
+class WorkLoop(Generic[U, R]):
+    def __init__(
+        self,
+        queue: WorkQueue[U, R],
+        process: Callable[[U], Awaitable[R]],
+        settings: LoopSettings | None = None,
+        stop: GracefulStop | None = None,
+        on_commit: Callable[[LoopStats], None] | None = None,
+    ) -> None:
+        self.queue = queue
+        self.process = process
+        self.settings = settings or LoopSettings()
+        self.stop = stop or GracefulStop()
+        self.on_commit = on_commit
+        self.stats = LoopStats()
+        self._todo: asyncio.Queue[U | None] = asyncio.Queue()
+        self._results: deque[R] = deque()
+        self._arrived = asyncio.Event()  # a result was added, or the workers are done
+        self._committed = asyncio.Event()
+        self._workers_done = False
+        self._outstanding = 0  # claimed and neither committed nor released
+        self._in_worker: dict[int, U] = {}
+        self._committer_task: asyncio.Task[None]
+
+    async def run(self) -> LoopStats:
+        started = time.monotonic()
+        settings = self.settings
+        workers = [asyncio.create_task(self._worker(i)) for i in range(settings.concurrency)]
+        self._committer_task = asyncio.create_task(self._committer())
+        try:
+            await self._feed()
+        finally:
+            # A committer that failed (the database went away) ends the run: what is held is
+            # given back and its error is raised below.
+            failed = self._committer_task.done()
+            await self._wind_down(workers, abort=failed)
+            self._workers_done = True
+            self._arrived.set()
+            await self._committer_task
+        self.stats.interrupted = self.stop.requested
+        self.stats.wall_seconds = time.monotonic() - started
+        return self.stats
+
+    async def _feed(self) -> None:
+        settings = self.settings
+        capacity = settings.concurrency + (settings.claim_ahead or settings.concurrency)
+        while not self.stop.requested and not self._committer_task.done():
+            room = capacity - self._outstanding
+            if room > 0:
+                units = await self.queue.claim(room)
+                if units and not self.stop.requested:
+                    self._outstanding += len(units)
+                    self.stats.claimed += len(units)
+                    for unit in units:
+                        self._todo.put_nowait(unit)
+                    continue
+                if units:  # a stop came while claiming: straight back
+                    await self.queue.release(list(units))
+                    return
+            if self._outstanding == 0 and await self.queue.is_finished():
+                return
+            # Wait for our own work to commit (it may add more), or poll for work that is
+            # held elsewhere or still being produced.
+            self._committed.clear()
+            waiters = {
+                asyncio.ensure_future(self._committed.wait()),
+                asyncio.ensure_future(self.stop.event.wait()),
+            }
+            await asyncio.wait(
+                {*waiters, self._committer_task},
+                timeout=settings.poll_interval,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            for waiter in waiters:
+                waiter.cancel()
+
+    async def _wind_down(self, workers: list[asyncio.Task[None]], abort: bool) -> None:
+        if self.stop.requested or abort:
+            unstarted: list[U] = []
+            while not self._todo.empty():
+                unit = self._todo.get_nowait()
+                if unit is not None:
+                    unstarted.append(unit)
+            await self._release(unstarted)
+        for _ in workers:
+            self._todo.put_nowait(None)
+        grace = 0.0 if abort else self.settings.grace_period if self.stop.requested else None
+        _done, late = await asyncio.wait(workers, timeout=grace)
+        if late:
+            held = list(self._in_worker.values())
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+            log.warning("%d unit(s) did not finish within the grace period: given back", len(held))
+            await self._release(held)
+
+    async def _release(self, units: list[U]) -> None:
+        if not units:
+            return
+        await self.queue.release(units)
+        self._outstanding -= len(units)
+        self.stats.released += len(units)
+
+    async def _worker(self, number: int) -> None:
+        while True:
+            unit = await self._todo.get()
+            if unit is None:
+                return
+            self._in_worker[number] = unit
+            try:
+                result = await self.process(unit)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a bug in one unit must not stop the others
+                log.error("processing failed unexpectedly, unit given back: %r", exc)
+                self.stats.crashed += 1
+                self._in_worker.pop(number, None)
+                await self._release([unit])
+                continue
+            self._in_worker.pop(number, None)
+            self._results.append(result)
+            self._arrived.set()
+
+    async def _committer(self) -> None:
+        """Group commit: take every result that is waiting (up to `commit_batch`) and commit
+        them together; results that arrive while a commit runs form the next batch. A partial
+        batch waits at most `commit_linger` for company, so progress stays live."""
+        settings = self.settings
+        batch: list[R] = []
+        opened = 0.0
+        while True:
+            while self._results and len(batch) < settings.commit_batch:
+                if not batch:
+                    opened = time.monotonic()
+                batch.append(self._results.popleft())
+            done = self._workers_done and not self._results
+            lingered = time.monotonic() - opened >= settings.commit_linger
+            if batch and (done or lingered or len(batch) >= settings.commit_batch):
+                await self._commit(batch)
+                batch = []
+                continue
+            if done:
+                return
+            self._arrived.clear()
+            if self._results or self._workers_done:
+                continue
+            if batch:
+                remaining = settings.commit_linger - (time.monotonic() - opened)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._arrived.wait(), max(0.0, remaining))
+            else:
+                await self._arrived.wait()
+
+    async def _commit(self, batch: list[R]) -> None:
+        await self.queue.complete(batch)
+        self._outstanding -= len(batch)
+        self.stats.completed += len(batch)
+        self.stats.batches += 1
+        self._committed.set()
+        if self.on_commit is not None:
+            self.on_commit(self.stats)
+
+
+class MemoryQueue(Generic[U, R]):
+    """A fixed list of units behind the contract, for work whose durable state lives in the
+    results (a refresh writes what changed; a rerun just asks again). `commit` writes a batch;
+    it runs on a worker thread, off the event loop."""
+
+    def __init__(self, units: Sequence[U], commit: Callable[[Sequence[R]], None]) -> None:
+        self._units: deque[U] = deque(units)
+        self._commit = commit
+        self.released = 0
+
+    async def claim(self, limit: int) -> list[U]:
+        taken: list[U] = []
+        while self._units and len(taken) < limit:
+            taken.append(self._units.popleft())
+        return taken
+
+    async def complete(self, results: Sequence[R]) -> None:
+        await asyncio.to_thread(self._commit, results)
+
+    async def release(self, units: Sequence[U]) -> None:
+        self.released += len(units)  # not put back: a stopped run ends, a rerun asks again
+
+    async def is_empty(self) -> bool:
+        return not self._units
+
+    async def is_finished(self) -> bool:
+        return not self._units
