@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
-from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 MASK = "***"
 SECRET_PARAMS = re.compile(r"pass(word)?|passwd|pwd|secret|token|api[-_]?key|auth", re.IGNORECASE)
@@ -43,25 +43,30 @@ def register_url(url: str | None) -> None:
 
 
 def mask_url(url: str) -> str:
-    """The URL with its password and secret query parameters replaced by `***`."""
+    """The URL with its password and secret query parameters replaced by `***`; anything else
+    (a SQLite path's slashes included) is left exactly as given."""
     register_url(url)
     try:
         parts = urlsplit(url)
-        netloc = parts.netloc
-        if parts.password is not None:
-            userinfo, _, host = netloc.rpartition("@")
-            user = userinfo.split(":", 1)[0]
-            netloc = f"{user}:{MASK}@{host}"
-        query = urlencode(
-            [
-                (k, MASK if SECRET_PARAMS.search(k) else v)
-                for k, v in parse_qsl(parts.query, keep_blank_values=True)
-            ],
-            safe="*",
-        )
-        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+        password = parts.password
     except ValueError:
         return redact(url)
+    masked = url
+    if password is not None:
+        userinfo, at, rest = masked.partition("@")
+        scheme, sep, credentials = userinfo.partition("://")
+        user = credentials.split(":", 1)[0]
+        masked = f"{scheme}{sep}{user}:{MASK}{at}{rest}"
+    if parts.query:
+        base, _, query = masked.partition("?")
+        query, hash_, fragment = query.partition("#")
+        pairs = [
+            (k, MASK if SECRET_PARAMS.search(k) else v)
+            for k, v in parse_qsl(query, keep_blank_values=True)
+        ]
+        if any(v == MASK for _, v in pairs):
+            masked = f"{base}?{urlencode(pairs, safe='*')}{hash_}{fragment}"
+    return masked
 
 
 def redact(text: str) -> str:

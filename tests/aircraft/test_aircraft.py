@@ -16,7 +16,7 @@ from tests.cli import spawn, stagecrawl
 
 
 def urls(origin: TestOrigin) -> list[str]:
-    return ["--sparql-url", origin.url + "/sparql", "--api-url", origin.url + "/w/api.php"]
+    return ["--sparql-url", origin.url + "/sparql", "--entities-url", origin.url + "/w/api.php"]
 
 
 def load(out: Path, name: str) -> dict[str, Any]:

@@ -21,6 +21,8 @@ from stagecrawl.crates.licenses import (
     spdx_reference_rows,
     stable_id,
 )
+from stagecrawl.engine.fetcher import Fetcher, FetchSettings
+from stagecrawl.engine.ratelimit import Lane, Lanes, Rate
 from stagecrawl.errors import InputError
 from stagecrawl.storage.db import Database
 from stagecrawl.testing.origin import TestOrigin
@@ -134,6 +136,12 @@ def test_existing_reference_is_used_as_it_is_and_import(db_url: str, tmp_path: P
         import_reference(db, bad)
 
 
+def _ai_fetcher(origin: TestOrigin, **settings: float) -> Fetcher:
+    lanes = Lanes([Lane("ai", origin.url + "/classify", Rate(200.0))])
+    fetch = FetchSettings(contact="sca@example.org", backoff_base=0.01, **settings)  # type: ignore[arg-type]
+    return Fetcher(fetch, lanes)
+
+
 async def test_ai_client_answers_times_out_and_errors(origin: TestOrigin) -> None:
     seen: list[str] = []
 
@@ -147,12 +155,32 @@ async def test_ai_client_answers_times_out_and_errors(origin: TestOrigin) -> Non
         return web.json_response({"ids": [MIT, APACHE]})
 
     origin.handle("/classify", classify)
-    client = AiLicenseClient(origin.url + "/classify", timeout=0.3)
-    assert await client.classify("MIT OR Apache-2.0") == f"[{MIT},{APACHE}]"
-    assert await client.classify("MIT OR Apache-2.0") == f"[{MIT},{APACHE}]"  # cached
-    assert await client.classify("slow") is None
-    assert await client.classify("broken") is None
-    assert await client.classify(None) is None
-    await client.aclose()
-    assert seen == ["MIT OR Apache-2.0", "slow", "broken"]
+    async with _ai_fetcher(origin, deadline=0.3, retries=1) as fetcher:
+        client = AiLicenseClient(fetcher, origin.url + "/classify")
+        assert await client.classify("MIT OR Apache-2.0") == f"[{MIT},{APACHE}]"
+        assert await client.classify("MIT OR Apache-2.0") == f"[{MIT},{APACHE}]"  # cached
+        assert await client.classify("slow") is None
+        assert await client.classify("broken") is None
+        assert await client.classify(None) is None
+    # each failure was retried once by the fetcher (retries=1), then counted once
+    assert seen == ["MIT OR Apache-2.0", "slow", "slow", "broken", "broken"]
     assert client.warnings == 2 and client.calls == 3
+    agent = origin.requests_to("/classify")[0].headers["User-Agent"]
+    assert agent.endswith("(+sca@example.org)")  # the contact rides the classifier call too
+
+
+async def test_ai_client_shares_one_call_between_concurrent_askers(origin: TestOrigin) -> None:
+    calls: list[str] = []
+
+    async def classify(request: web.Request) -> web.StreamResponse:
+        calls.append((await request.json())["license"])
+        await asyncio.sleep(0.2)  # slow enough that every asker arrives while it is pending
+        return web.json_response([MIT])
+
+    origin.handle("/classify", classify)
+    async with _ai_fetcher(origin) as fetcher:
+        client = AiLicenseClient(fetcher, origin.url + "/classify")
+        texts = ["MIT"] * 15 + ["MIT/Apache-2.0"] * 7
+        answers = await asyncio.gather(*(client.classify(t) for t in texts))
+    assert answers == [f"[{MIT}]"] * 22  # nobody got a NULL while another asker waited
+    assert sorted(calls) == ["MIT", "MIT/Apache-2.0"] and client.warnings == 0

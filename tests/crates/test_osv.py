@@ -219,17 +219,11 @@ def test_cli_vulns_from_the_loopback_origin_then_audit(
     assert "CVE-2021-38511" not in audit.stderr
     clean = run("crates", "audit", "tar@0.4.45", "--db", db)
     assert "no known advisory" in clean.stderr
+    origin.add("big.zip", b"x" * (1024 * 1024 + 1))
     too_big = run(
-        "crates",
-        "vulns",
-        "--source",
-        origin.url + "/crates.io/all.zip",
-        "--max-archive-mb",
-        "0",
-        "--db",
-        db,
+        "crates", "vulns", "--source", origin.url + "/big.zip", "--max-archive-mb", "1", "--db", db
     )
-    assert too_big.returncode == 1 and "body larger than 0 bytes" in too_big.stderr
+    assert too_big.returncode == 1 and "body larger than 1048576 bytes" in too_big.stderr
 
 
 @pytest.mark.skipif(not SHARED_ZIP.exists(), reason="../shared fixtures not beside the project")

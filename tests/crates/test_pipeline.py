@@ -7,23 +7,29 @@ from typing import Any
 
 from sqlalchemy import select
 
+from stagecrawl.crates import pipeline
 from stagecrawl.crates.client import CratesClient
 from stagecrawl.crates.names import event_id
 from stagecrawl.crates.queue import COLLECTED, Outcome, claim, release
-from stagecrawl.crates.worker import Collector, CollectSettings, seed_crates
+from stagecrawl.crates.seeding import SeedReport
+from stagecrawl.crates.store import CrateWrite, write_crates
+from stagecrawl.crates.worker import Collector, CollectSettings
+from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.storage.db import Database
 from tests.crates.conftest import Registry
 from tests.crates.registry import INDEX, version_count
 
 
 async def crawl(db: Database, registry: Registry, names: list[str], **settings: Any) -> Any:
+    """Seed, then collect, as two separate runs (the streaming crawl is tested in the CLI)."""
     config = registry.config()
+    stop = GracefulStop()
     async with config.make_fetcher() as fetcher:
         client = CratesClient(fetcher, config.index_url, config.api_url)
-        report = await seed_crates(db, client, names)
-        collector = Collector(db, client, CollectSettings(handle_signals=False, **settings))
+        seeded = await pipeline.seed(db, client, names, stop) if names else None
+        collector = Collector(db, client, CollectSettings(**settings), stop=stop)
         summary = await collector.run()
-    return report, summary
+    return (seeded.seed if seeded else SeedReport()), summary
 
 
 def rows(db: Database, table: Any) -> list[dict[str, Any]]:
@@ -124,7 +130,8 @@ async def test_broken_index_goes_to_the_ladder_then_recovers(
     db = Database(db_url)
     config = registry.config()
     async with config.make_fetcher() as fetcher:
-        await seed_crates(db, CratesClient(fetcher, config.index_url, config.api_url), ["a", "cc"])
+        client = CratesClient(fetcher, config.index_url, config.api_url)
+        await pipeline.seed(db, client, ["a", "cc"], GracefulStop())
     broken = registry.index.rule("/1/a", invalid_json=True)
     await crawl(db, registry, [])
     state = {(e["NAME"], e["VERSION"]): e for e in rows(db, db.list)}
@@ -150,9 +157,9 @@ async def test_leases_keep_workers_apart_and_a_lost_lease_writes_nothing(
     stale = claim(db, "worker-1", 10, lease_seconds=-5)  # a lease that has already run out
     taken = claim(db, "worker-2", 10, lease_seconds=600)
     assert {e.id for e in taken} == {e.id for e in stale}
-    late = Collector(db, CratesClient(None, "http://x/", "http://y/"), worker="worker-1")  # type: ignore[arg-type]
     outcomes = [Outcome(e, COLLECTED) for e in stale]
-    assert late._write(stale, outcomes, [], None) is False
+    late = CrateWrite([e.id for e in stale], outcomes)
+    assert write_crates(db, "worker-1", [late]) == [False]
     state = rows(db, db.list)
     assert {e["CLAIMED_BY"] for e in state} == {"worker-2"}
     assert {e["PROCESSED"] for e in state} == {0}

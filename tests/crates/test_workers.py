@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import select
 
 from stagecrawl.engine.fetcher import Fetcher, FetchSettings
-from stagecrawl.engine.ratelimit import Rate
+from stagecrawl.engine.ratelimit import Lane, Lanes, Rate
 from stagecrawl.engine.redis_limiter import RedisLimiter
 from stagecrawl.storage.db import Database
 from stagecrawl.testing.origin import TestOrigin
@@ -92,8 +92,9 @@ async def test_two_redis_limiters_share_one_bucket_and_one_cooldown(origin: Test
     origin.add("x", "ok")
     origin.rule("/x", rate_limit=10, rate_window=1.0)
     prefix = f"stagecrawl-test:{uuid.uuid4().hex}:"
-    limiters = [RedisLimiter(REDIS_URL, {origin.url: Rate(10)}, prefix=prefix) for _ in range(2)]
-    fetchers = [Fetcher(FetchSettings(retries=0), limiter=lim) for lim in limiters]
+    lane = Lane("x", origin.url + "/", Rate(10))
+    limiters = [RedisLimiter(REDIS_URL, prefix=prefix) for _ in range(2)]
+    fetchers = [Fetcher(FetchSettings(retries=0), Lanes([lane]), lim) for lim in limiters]
 
     async def hammer(fetcher: Fetcher) -> None:
         await asyncio.gather(*(fetcher.get(origin.url + "/x") for _ in range(15)))
@@ -105,7 +106,7 @@ async def test_two_redis_limiters_share_one_bucket_and_one_cooldown(origin: Test
     await limiters[0].pause(origin.url, 1.0)  # a 429 seen by one pauses the other
     assert 0.5 < await limiters[1].cooldown_remaining(origin.url) <= 1.0
     started = time.monotonic()
-    await limiters[1].acquire(origin.url)
+    await limiters[1].acquire(lane, origin.url)
     assert time.monotonic() - started >= 0.5
     for fetcher in fetchers:
         await fetcher.aclose()

@@ -4,13 +4,14 @@ exit codes (cli/common.py)."""
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated
 
 import typer
 
 from stagecrawl import __version__
 from stagecrawl.cli import aircraft, crates, status
-from stagecrawl.cli.common import setup_logging
+from stagecrawl.cli.common import EXIT_INTERRUPTED, fail, setup_logging
 
 app = typer.Typer(
     help="Polite, durable, staged collection of package data.",
@@ -47,4 +48,21 @@ app.add_typer(licenses_app, name="licenses")
 
 
 def main() -> None:
-    app()
+    """Run the app; a usage error (unknown option, a value out of range) is one line and exit
+    2 like every other bad input, not a framed usage block."""
+    try:
+        code = app(standalone_mode=False)
+    except Exception as exc:
+        message = getattr(exc, "format_message", None)
+        exit_code = getattr(exc, "exit_code", None)
+        if message is None or not isinstance(exit_code, int):
+            raise
+        text = message()
+        if type(exc).__name__ == "NoArgsIsHelpError":  # the help itself, not an error
+            print(text)
+        else:
+            fail(text, exit_code)
+        sys.exit(exit_code)
+    except (KeyboardInterrupt, EOFError):
+        sys.exit(EXIT_INTERRUPTED)
+    sys.exit(code if isinstance(code, int) else 0)

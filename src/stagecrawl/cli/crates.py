@@ -373,11 +373,10 @@ def lock_command(
         inputs = await pipeline.lock_inputs(
             repo, tag or [], tags_matching, all_tags, lockfile, label, cache, stop
         )
-        database = Database(s.db)
         async with config.make_fetcher() as fetcher:
             client = CratesClient(fetcher, config.index_url, config.api_url)
             report = await pipeline.lock(
-                database, client, inputs, cache, config.index_url, pinned_only, stop
+                lambda: Database(s.db), client, inputs, cache, config.index_url, pinned_only, stop
             )
         render_lock(report, fmt)
         return exit_code(report.problems, report.interrupted, stop)

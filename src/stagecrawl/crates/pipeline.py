@@ -9,7 +9,7 @@ ends at about the API's floor.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -231,7 +231,7 @@ class LockReport:
 
 
 async def lock(
-    db: Database,
+    open_db: Callable[[], Database],
     client: CratesClient | None,
     inputs: LockInputs,
     cache_dir: Path,
@@ -239,8 +239,10 @@ async def lock(
     pinned_only: bool,
     stop: GracefulStop,
 ) -> LockReport:
-    """Register what each tag's (or the lock file's) resolved Cargo.lock uses."""
+    """Register what each tag's (or the lock file's) resolved Cargo.lock uses. The database
+    is opened on the first registration: an input that fails throughout creates nothing."""
     report = LockReport()
+    db: Database | None = None
     home = cargo_home(cache_dir, index_url) if inputs.repo else None
     for tag in inputs.tags:
         if stop.requested:
@@ -253,6 +255,7 @@ async def lock(
                 packages, tag_report.kind = await lock_at_tag(inputs.repo, tag, home)
             else:
                 packages, tag_report.kind = inputs.lockfile_packages, LOCKFILE
+            db = db or open_db()
             await register_lock(db, client, tag_report, packages, pinned_only, stop)
         except InputError as exc:
             tag_report.error = str(exc)

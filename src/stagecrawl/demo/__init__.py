@@ -182,7 +182,7 @@ async def run_demo(out: Path, console: Console, quiet: bool, stop: GracefulStop)
                     str(repo_dir), [], None, True, None, None, cache, stop
                 )
                 locked = await pipeline.lock(
-                    db, client, inputs, cache, config.index_url, False, stop
+                    lambda: db, client, inputs, cache, config.index_url, False, stop
                 )
                 for report in locked.tags:
                     console.print(

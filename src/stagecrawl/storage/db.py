@@ -247,7 +247,6 @@ class Database:
             kwargs = {"connect_args": {"timeout": 30}}
             if read_only:
                 parsed = _sqlite_read_only(parsed)
-                kwargs["connect_args"]["uri"] = True
         else:
             kwargs["connect_args"] = {"connect_timeout": 10}
         try:
@@ -373,7 +372,8 @@ def _sqlite_read_only(url: URL) -> URL:
         raise StorageError("a read-only command needs a database file, not :memory:")
     if not Path(path).is_file():
         raise StorageError(f"no database at {path}: nothing collected yet (or a wrong --db)")
-    return url.set(database=f"file:{Path(path).resolve()}?mode=ro")
+    # SQLAlchemy's documented form: the file: URI as database, mode and uri as query.
+    return url.set(database=f"file:{Path(path).resolve()}", query={"mode": "ro", "uri": "true"})
 
 
 def _sqlite_immediate_transactions(engine: Engine, read_only: bool = False) -> None:
