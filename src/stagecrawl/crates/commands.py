@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import sys
 import tempfile
+import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -26,6 +29,15 @@ from stagecrawl.cli import (
     run,
     state,
 )
+from stagecrawl.crates.audit import (
+    AuditReport,
+    Package,
+    audit,
+    packages_of_repo,
+    packages_of_targets,
+    parse_deny,
+    read_lockfile,
+)
 from stagecrawl.crates.client import CratesClient
 from stagecrawl.crates.config import (
     DEFAULT_API_URL,
@@ -35,7 +47,14 @@ from stagecrawl.crates.config import (
     split_env_seeds,
 )
 from stagecrawl.crates.dbdump import DEFAULT_DUMP_URL, load_dump
-from stagecrawl.crates.licenses import AiLicenseClient, backfill, import_reference
+from stagecrawl.crates.licenses import (
+    AiLicenseClient,
+    LicenseCheck,
+    Policy,
+    backfill,
+    check_database,
+    import_reference,
+)
 from stagecrawl.crates.lock import (
     LOCKFILE,
     GitRepo,
@@ -51,7 +70,7 @@ from stagecrawl.crates.names import validate_name
 from stagecrawl.crates.osv import DEFAULT_OSV_URL, ImportReport, import_advisories, read_advisories
 from stagecrawl.crates.queue import COLLECTED, NOT_FOUND, SKIPPED, STATE_NAMES, utcnow
 from stagecrawl.crates.refresh import refresh
-from stagecrawl.crates.semver import sort_key
+from stagecrawl.crates.report_formats import audit_cyclonedx, audit_json, audit_sarif
 from stagecrawl.crates.worker import (
     Collector,
     CollectSettings,
@@ -543,6 +562,74 @@ def licenses_backfill(
     raise typer.Exit(guarded(body))
 
 
+@licenses_app.command("check")
+def licenses_check(
+    allow: Annotated[
+        list[str] | None, typer.Option("--allow", help="Allowed SPDX ids (comma-separated).")
+    ] = None,
+    deny: Annotated[
+        list[str] | None, typer.Option("--deny", help="Denied SPDX ids; deny wins over allow.")
+    ] = None,
+    exception: Annotated[
+        list[str] | None,
+        typer.Option("--exception", help="CRATE=LICENSE: allowed for that crate only."),
+    ] = None,
+    output: Annotated[str, typer.Option("--format", help="table or json (to stdout).")] = "table",
+    db: DbOption = DEFAULT_DB_URL,
+) -> None:
+    """Every collected version whose license the policy cannot satisfy (cargo-deny's
+    semantics); exit 1 when any."""
+
+    def body() -> int:
+        if output not in ("table", "json"):
+            raise InputError("--format must be table or json")
+        if not allow:
+            raise InputError("give the allowed licenses: --allow MIT,Apache-2.0,…")
+        policy = Policy.parse(allow, deny or [], exception or [])
+        result = check_database(Database(db), policy)
+        if output == "json":
+            document = {
+                "versions_checked": result.rows,
+                "violations": [
+                    {
+                        "crate": v.crate,
+                        "version": v.version,
+                        "license": v.license,
+                        "expression": v.expression,
+                        "reason": v.reason,
+                    }
+                    for v in result.violations
+                ],
+            }
+            sys.stdout.write(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+        else:
+            _print_violations(result)
+        return 1 if result.violations else 0
+
+    raise typer.Exit(guarded(body))
+
+
+def _print_violations(result: LicenseCheck) -> None:
+    columns = ("crate", "version", "license", "reason")
+    rows = [
+        (v.crate, v.version, v.expression or v.license or "", v.reason) for v in result.violations
+    ]
+    if rows and console.is_terminal:
+        table = Table(title="licenses the policy does not accept", title_justify="left")
+        for column in columns:
+            table.add_column(column, overflow="fold")
+        for row in rows:
+            table.add_row(*(escape(cell) for cell in row))
+        console.print(table)
+    elif rows:
+        console.print("\t".join(columns), highlight=False, soft_wrap=True)
+        for row in rows:
+            console.print(escape("\t".join(row)), highlight=False, soft_wrap=True)
+    console.print(
+        f"{result.rows} versions checked, {len(result.violations)} not accepted", highlight=False
+    )
+
+
 def licenses_import(
     file: Annotated[Path, typer.Argument(help="CSV or JSON: ID, NAME_SHORT, NAME, MAPPING, URL.")],
     db: DbOption = DEFAULT_DB_URL,
@@ -592,17 +679,29 @@ def vulns_command(
                 "vulns",
                 {
                     "advisories read": report.advisories,
+                    "GHSA duplicates merged into RUSTSEC": report.duplicates_merged,
                     "entries skipped (too large)": report.read.skipped_too_large,
                     "entries skipped (not OSV JSON)": report.read.skipped_invalid,
-                    f"affected crates in scope ({scope})": report.in_scope,
+                    "malformed (skipped, reported)": len(report.problems),
+                    "informational (unmaintained, unsound…)": report.informational,
+                    "advisory × crate pairs (RAW)": report.pairs,
+                    f"pairs in scope for V1 ({scope})": report.in_scope,
                     "RAW rows written": report.raw_written,
                     "unchanged (not newer)": report.unchanged,
-                    "V1 rows (CVE) written": report.v1_rows,
+                    "V1 rows (CVE)": report.v1_rows,
                     "withdrawn": report.withdrawn,
                     "collected versions hit": report.hits,
                 },
             )
         )
+        if report.problems:
+            console.print(
+                f"[bold red]{len(report.problems)} malformed advisory parts skipped:[/] "
+                + escape("; ".join(report.problems)),
+                highlight=False,
+                soft_wrap=True,
+            )
+            return EXIT_PARTIAL
         return 0
 
     raise typer.Exit(run(body))
@@ -621,39 +720,124 @@ async def _osv_bytes(source: str, limit: int, contact: str | None) -> bytes | Pa
     return path
 
 
+AUDIT_FORMATS = ("table", "json", "sarif", "cyclonedx")
+
+
 @crates_app.command("audit")
 def audit_command(
-    target: Annotated[str, typer.Argument(help="NAME or NAME@VERSION")],
+    targets: Annotated[
+        list[str] | None,
+        typer.Argument(help="NAME@VERSION (or NAME: its collected versions).", show_default=False),
+    ] = None,
+    lockfile: Annotated[
+        list[Path] | None, typer.Option("--lockfile", help="A Cargo.lock (v1–v4); repeatable.")
+    ] = None,
+    repo: Annotated[
+        str | None, typer.Option("--repo", help="Git URL or path: audit its tags' locks.")
+    ] = None,
+    tag: Annotated[list[str] | None, typer.Option("--tag", help="A tag of --repo.")] = None,
+    tags_matching: Annotated[
+        str | None, typer.Option("--tags-matching", help="Glob over --repo's tags.")
+    ] = None,
+    all_tags: Annotated[bool, typer.Option("--all-tags", help="Every tag of --repo.")] = False,
+    output: Annotated[
+        str, typer.Option("--format", help="table, json, sarif or cyclonedx (to stdout).")
+    ] = "table",
+    deny: Annotated[
+        list[str] | None,
+        typer.Option("--deny", help="Fail on informational advisories too: warnings, or a kind."),
+    ] = None,
+    cache_dir: Annotated[
+        Path,
+        typer.Option("--cache-dir", envvar="STAGECRAWL_CACHE", help="Bare clones, CARGO_HOME."),
+    ] = Path(".stagecrawl-cache"),
+    index_url: IndexUrl = DEFAULT_INDEX_URL,
     db: DbOption = DEFAULT_DB_URL,
 ) -> None:
-    """Which advisories hit the collected versions of a crate (run `crates vulns` first)."""
+    """Which stored advisories hit crate versions — any version, collected or not (run
+    `crates vulns` first). Exit 1 when a vulnerability hits."""
 
     def body() -> int:
-        name, _, version = target.partition("@")
-        validate_name(name)
+        if output not in AUDIT_FORMATS:
+            raise InputError(f"--format must be one of {', '.join(AUDIT_FORMATS)}")
+        if not (targets or lockfile or repo):
+            raise InputError("say what to audit: NAME@VERSION, --lockfile PATH or --repo REPO")
+        denied = parse_deny(deny or [])
         database = Database(db)
-        hit, raw = database.vuln_hit, database.vuln_raw
-        query = (
-            select(hit.c.VERSION, hit.c.VULN_ID, hit.c.OSV_ID, raw.c.VULN_RANGE, raw.c.SUMMARY)
-            .join(raw, (raw.c.OSV_ID == hit.c.OSV_ID) & (raw.c.PRODUCT_KEY == hit.c.PRODUCT_KEY))
-            .where(hit.c.PRODUCT_KEY == name.lower())
-        )
-        if version:
-            query = query.where(hit.c.VERSION == version)
-        with database.engine.connect() as conn:
-            rows = sorted(conn.execute(query).all(), key=lambda r: (sort_key(r[0]), r[1]))
-        if not rows:
-            console.print(f"no known advisory hits {escape(target)} in {database.safe_url}")
-            return 0
-        table = Table(title=f"advisories hitting {escape(target)}", title_justify="left")
-        for column in ("version", "vuln id", "advisory", "affected range", "summary"):
-            table.add_column(column)
-        for row in rows:
-            table.add_row(*(escape(str(cell or "")) for cell in row))
-        console.print(table)
-        return 0
+        packages: list[Package] = []
+        skipped = 0
+        problems: list[str] = []
+        for path in lockfile or []:
+            found, others = read_lockfile(path)
+            packages += found
+            skipped += others
+        if repo is not None:
+            found, others, problems = packages_of_repo(
+                repo, tag or [], tags_matching, all_tags, cache_dir, index_url
+            )
+            packages += found
+            skipped += others
+        packages += packages_of_targets(database, targets or [])
+        report = audit(database, packages, denied)
+        report.skipped = skipped
+        report.problems = problems + report.problems
+        if output == "table":
+            _print_audit(report)
+        else:
+            if output == "json":
+                document = audit_json(report)
+            elif output == "sarif":
+                document = audit_sarif(report)
+            else:
+                document = audit_cyclonedx(report, str(uuid.uuid4()), utcnow())
+            sys.stdout.write(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+            sys.stdout.flush()
+        return report.exit_code
 
     raise typer.Exit(guarded(body))
+
+
+def _print_audit(report: AuditReport) -> None:
+    as_of = report.advisories_modified or "?"
+    console.print(
+        f"{len(report.packages)} packages against {report.advisories_stored} stored advisories"
+        f" (newest change {as_of})",
+        highlight=False,
+    )
+    for problem in report.problems:
+        console.print(f"[bold red]not audited:[/] {escape(problem)}", soft_wrap=True)
+    if not report.hits:
+        console.print("no advisory hits the audited versions", highlight=False)
+        return
+    columns = ("crate", "version", "advisory", "aliases", "kind", "patched", "summary")
+    rows = [
+        (
+            h.package.name,
+            h.package.version,
+            h.advisory.osv_id,
+            " ".join(h.advisory.aliases),
+            h.advisory.informational or "vulnerability",
+            " or ".join(h.advisory.affected.patched()) or "none",
+            h.advisory.summary or "",
+        )
+        for h in report.hits
+    ]
+    if console.is_terminal:
+        table = Table(title="advisories hitting the audited versions", title_justify="left")
+        for column in columns:
+            table.add_column(column, overflow="fold")
+        for row in rows:
+            table.add_row(*(escape(cell) for cell in row))
+        console.print(table)
+    else:  # a pipe or a file: whole lines, nothing cut to a terminal width
+        console.print("\t".join(columns), highlight=False, soft_wrap=True)
+        for row in rows:
+            console.print(escape("\t".join(row)), highlight=False, soft_wrap=True)
+    console.print(
+        f"{len(report.vulnerabilities)} vulnerabilities, {len(report.warnings)} warnings"
+        " (informational)",
+        highlight=False,
+    )
 
 
 @crates_app.command("refresh")
