@@ -144,7 +144,7 @@ def range_intervals(range_: Any) -> list[Interval]:
     result: list[Interval] = []
     start: str | None = None
     is_open = False
-    limits: list[Version] = []
+    limits: list[tuple[Version, str]] = []
     for _, bound, _, kind, value in parsed:
         if kind == "introduced":
             if not is_open:
@@ -154,11 +154,11 @@ def range_intervals(range_: Any) -> list[Interval]:
                 result.append(Interval(start, value, kind == "last_affected"))
                 is_open = False
         elif bound is not None:
-            limits.append(bound)
+            limits.append((bound, value))
     if is_open:
         result.append(Interval(start, None))
     if limits:
-        result = _under_limit(result, max(limits))
+        result = _under_limit(result, *max(limits, key=lambda limit: _SortableVersion(limit[0])))
     return [r for r in result if not r.is_empty()]
 
 
@@ -181,7 +181,7 @@ class _SortableVersion:
     __hash__ = None  # type: ignore[assignment]
 
 
-def _under_limit(intervals: list[Interval], limit: Version) -> list[Interval]:
+def _under_limit(intervals: list[Interval], limit: Version, text: str) -> list[Interval]:
     """The schema's `limit`: versions at or above it are not affected by the range."""
     result = []
     for interval in intervals:
@@ -190,7 +190,7 @@ def _under_limit(intervals: list[Interval], limit: Version) -> list[Interval]:
             continue
         high = interval.high_version
         if high is None or high > limit or (high == limit and interval.high_inclusive):
-            interval = Interval(interval.low, str(limit), False)
+            interval = Interval(interval.low, text, False)
         result.append(interval)
     return result
 
