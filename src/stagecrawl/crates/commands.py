@@ -8,6 +8,7 @@ import os
 import sys
 import tempfile
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -614,17 +615,8 @@ def _print_violations(result: LicenseCheck) -> None:
     rows = [
         (v.crate, v.version, v.expression or v.license or "", v.reason) for v in result.violations
     ]
-    if rows and console.is_terminal:
-        table = Table(title="licenses the policy does not accept", title_justify="left")
-        for column in columns:
-            table.add_column(column, overflow="fold")
-        for row in rows:
-            table.add_row(*(escape(cell) for cell in row))
-        console.print(table)
-    elif rows:
-        console.print("\t".join(columns), highlight=False, soft_wrap=True)
-        for row in rows:
-            console.print(escape("\t".join(row)), highlight=False, soft_wrap=True)
+    if rows:
+        _print_rows("licenses the policy does not accept", columns, rows)
     console.print(
         f"{result.rows} versions checked, {len(result.violations)} not accepted", highlight=False
     )
@@ -797,6 +789,22 @@ def audit_command(
     raise typer.Exit(guarded(body))
 
 
+def _print_rows(title: str, columns: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None:
+    """A table in a terminal; in a pipe or a file, tab-separated whole lines: nothing is cut
+    to a terminal width."""
+    if console.is_terminal:
+        table = Table(title=title, title_justify="left")
+        for column in columns:
+            table.add_column(column, overflow="fold")
+        for row in rows:
+            table.add_row(*(escape(cell) for cell in row))
+        console.print(table)
+        return
+    console.print("\t".join(columns), highlight=False, soft_wrap=True)
+    for row in rows:
+        console.print(escape("\t".join(row)), highlight=False, soft_wrap=True)
+
+
 def _print_audit(report: AuditReport) -> None:
     as_of = report.advisories_modified or "?"
     console.print(
@@ -822,17 +830,7 @@ def _print_audit(report: AuditReport) -> None:
         )
         for h in report.hits
     ]
-    if console.is_terminal:
-        table = Table(title="advisories hitting the audited versions", title_justify="left")
-        for column in columns:
-            table.add_column(column, overflow="fold")
-        for row in rows:
-            table.add_row(*(escape(cell) for cell in row))
-        console.print(table)
-    else:  # a pipe or a file: whole lines, nothing cut to a terminal width
-        console.print("\t".join(columns), highlight=False, soft_wrap=True)
-        for row in rows:
-            console.print(escape("\t".join(row)), highlight=False, soft_wrap=True)
+    _print_rows("advisories hitting the audited versions", columns, rows)
     console.print(
         f"{len(report.vulnerabilities)} vulnerabilities, {len(report.warnings)} warnings"
         " (informational)",
