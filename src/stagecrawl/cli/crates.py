@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import sys
 import tempfile
+import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -43,20 +47,37 @@ from stagecrawl.cli.common import (
     show,
 )
 from stagecrawl.crates import pipeline
+from stagecrawl.crates.audit import (
+    AuditReport,
+    audit,
+    collected_packages,
+    packages_of_repo,
+    parse_deny,
+    parse_targets,
+    read_lockfile,
+)
 from stagecrawl.crates.client import CratesClient
 from stagecrawl.crates.config import CratesConfig, read_seeds_file, split_env_seeds
 from stagecrawl.crates.dbdump import DEFAULT_DUMP_URL, load_dump
-from stagecrawl.crates.licenses import AiLicenseClient, backfill, import_reference
+from stagecrawl.crates.licenses import (
+    AiLicenseClient,
+    LicenseCheck,
+    Policy,
+    backfill,
+    check_database,
+    import_reference,
+)
 from stagecrawl.crates.names import validate_name
 from stagecrawl.crates.osv import DEFAULT_OSV_URL, ImportReport, import_advisories, read_advisories
-from stagecrawl.crates.queue import COLLECTED, NOT_FOUND, SKIPPED
+from stagecrawl.crates.queue import COLLECTED, NOT_FOUND, SKIPPED, utcnow
 from stagecrawl.crates.refresh import refresh
+from stagecrawl.crates.report_formats import audit_cyclonedx, audit_json, audit_sarif
 from stagecrawl.crates.worker import CollectSettings
 from stagecrawl.engine.fetcher import Fetcher, FetchSettings, require_contact
 from stagecrawl.engine.ratelimit import Lane, Lanes, Rate
 from stagecrawl.engine.redis_limiter import RedisLimiter
 from stagecrawl.engine.shutdown import GracefulStop
-from stagecrawl.errors import InputError
+from stagecrawl.errors import InputError, StorageError
 from stagecrawl.settings import Settings
 from stagecrawl.storage.db import Database
 
@@ -522,19 +543,30 @@ def vulns_command(
                 "vulns",
                 {
                     "advisories read": report.advisories,
+                    "GHSA duplicates merged into RUSTSEC": report.duplicates_merged,
                     "entries skipped (too large)": report.read.skipped_too_large,
                     "entries skipped (not OSV JSON)": report.read.skipped_invalid,
-                    f"affected crates in scope ({scope})": report.in_scope,
+                    "malformed (skipped, reported)": len(report.problems),
+                    "informational (unmaintained, unsound…)": report.informational,
+                    "advisory × crate pairs (RAW)": report.pairs,
+                    f"pairs in scope for V1 ({scope})": report.in_scope,
                     "RAW rows written": report.raw_written,
                     "unchanged (not newer)": report.unchanged,
-                    "V1 rows (CVE) written": report.v1_rows,
+                    "V1 rows (CVE)": report.v1_rows,
                     "withdrawn": report.withdrawn,
                     "collected versions hit": report.hits,
                 },
             )
+            if report.problems:
+                console.print(
+                    f"[bold red]{len(report.problems)} malformed advisory parts skipped:[/] "
+                    + escape("; ".join(report.problems)),
+                    highlight=False,
+                    soft_wrap=True,
+                )
 
         emit(fmt, _public(report), tables)
-        return 0
+        return EXIT_PARTIAL if report.problems else 0
 
     run(body)
 
@@ -566,44 +598,131 @@ async def _download_or_path(
     return path
 
 
+AUDIT_FORMATS = ("table", "json", "sarif", "cyclonedx")
+
+
 @app.command("audit")
 def audit_command(
-    target: Annotated[str, typer.Argument(help="NAME or NAME@VERSION")],
+    targets: Annotated[
+        list[str] | None,
+        typer.Argument(help="NAME@VERSION (or NAME: its collected versions).", show_default=False),
+    ] = None,
+    lockfile: Annotated[
+        list[Path] | None, typer.Option("--lockfile", help="A Cargo.lock (v1–v4); repeatable.")
+    ] = None,
+    repo: Annotated[
+        str | None, typer.Option("--repo", help="Git URL or path: audit its tags' locks.")
+    ] = None,
+    tag: Annotated[list[str] | None, typer.Option("--tag", help="A tag of --repo.")] = None,
+    tags_matching: Annotated[
+        str | None, typer.Option("--tags-matching", help="Glob over --repo's tags.")
+    ] = None,
+    all_tags: Annotated[bool, typer.Option("--all-tags", help="Every tag of --repo.")] = False,
+    output: Annotated[
+        str, typer.Option("--format", help="table, json, sarif or cyclonedx (to stdout).")
+    ] = "table",
+    deny: Annotated[
+        list[str] | None,
+        typer.Option("--deny", help="Fail on informational advisories too: warnings, or a kind."),
+    ] = None,
+    cache_dir: CacheDir = None,
+    index_url: IndexUrl = None,
     db: Db = None,
 ) -> None:
-    """Which advisories hit the collected versions of a crate (run `crates vulns` first)."""
-    from sqlalchemy import select
+    """Which stored advisories hit crate versions — any version, collected or not (run
+    `crates vulns` first). Exit 1 when a vulnerability hits. Read-only."""
+    s = guarded(lambda: settings(db=db, cache_dir=cache_dir, index_url=index_url))
 
-    from stagecrawl.crates.semver import sort_key
+    async def body(stop: GracefulStop) -> int:
+        if output not in AUDIT_FORMATS:
+            raise InputError(f"--format must be one of {', '.join(AUDIT_FORMATS)}")
+        if not (targets or lockfile or repo):
+            raise InputError("say what to audit: NAME@VERSION, --lockfile PATH or --repo REPO")
+        denied = parse_deny(deny or [])
+        packages, whole_crates = parse_targets(targets or [])
+        skipped = 0
+        problems: list[str] = []
+        for path in lockfile or []:
+            found, others = read_lockfile(path)
+            packages += found
+            skipped += others
+        if repo is not None:
+            found, others, problems = await packages_of_repo(
+                repo, tag or [], tags_matching, all_tags, Path(s.cache_dir), s.index_url, stop
+            )
+            packages += found
+            skipped += others
+        try:
+            database = Database(s.db, read_only=True)
+        except StorageError as exc:
+            raise StorageError(f"{exc}; import advisories first: stagecrawl crates vulns") from None
+        packages += collected_packages(database, whole_crates)
+        report = audit(database, packages, denied)
+        report.skipped = skipped
+        report.problems = problems + report.problems
+        if output == "table":
+            _print_audit(report)
+        else:
+            if output == "json":
+                document = audit_json(report)
+            elif output == "sarif":
+                document = audit_sarif(report)
+            else:
+                document = audit_cyclonedx(report, str(uuid.uuid4()), utcnow())
+            sys.stdout.write(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+            sys.stdout.flush()
+        return report.exit_code
 
-    s = guarded(lambda: settings(db=db))
+    run(body)
 
-    def body() -> int:
-        name, _, version = target.partition("@")
-        validate_name(name)
-        database = Database(s.db, read_only=True)
-        hit, raw = database.vuln_hit, database.vuln_raw
-        query = (
-            select(hit.c.VERSION, hit.c.VULN_ID, hit.c.OSV_ID, raw.c.VULN_RANGE, raw.c.SUMMARY)
-            .join(raw, (raw.c.OSV_ID == hit.c.OSV_ID) & (raw.c.PRODUCT_KEY == hit.c.PRODUCT_KEY))
-            .where(hit.c.PRODUCT_KEY == name.lower())
-        )
-        if version:
-            query = query.where(hit.c.VERSION == version)
-        with database.engine.connect() as conn:
-            rows = sorted(conn.execute(query).all(), key=lambda r: (sort_key(r[0]), r[1]))
-        if not rows:
-            console.print(f"no known advisory hits {escape(target)} in {database.safe_url}")
-            return 0
-        table = Table(title=f"advisories hitting {escape(target)}", title_justify="left")
-        for column in ("version", "vuln id", "advisory", "affected range", "summary"):
-            table.add_column(column)
+
+def _print_rows(title: str, columns: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None:
+    """A table in a terminal; in a pipe or a file, tab-separated whole lines: nothing is cut
+    to a terminal width."""
+    if console.is_terminal:
+        table = Table(title=title, title_justify="left")
+        for column in columns:
+            table.add_column(column, overflow="fold")
         for row in rows:
-            table.add_row(*(escape(str(cell or "")) for cell in row))
+            table.add_row(*(escape(cell) for cell in row))
         console.print(table)
-        return 0
+        return
+    console.print("\t".join(columns), highlight=False, soft_wrap=True)
+    for row in rows:
+        console.print(escape("\t".join(row)), highlight=False, soft_wrap=True)
 
-    raise typer.Exit(guarded(body))
+
+def _print_audit(report: AuditReport) -> None:
+    as_of = report.advisories_modified or "?"
+    console.print(
+        f"{len(report.packages)} packages against {report.advisories_stored} stored advisories"
+        f" (newest change {as_of})",
+        highlight=False,
+    )
+    for problem in report.problems:
+        console.print(f"[bold red]not audited:[/] {escape(problem)}", soft_wrap=True)
+    if not report.hits:
+        console.print("no advisory hits the audited versions", highlight=False)
+        return
+    columns = ("crate", "version", "advisory", "aliases", "kind", "patched", "summary")
+    rows = [
+        (
+            h.package.name,
+            h.package.version,
+            h.advisory.osv_id,
+            " ".join(h.advisory.aliases),
+            h.advisory.informational or "vulnerability",
+            " or ".join(h.advisory.affected.patched()) or "none",
+            h.advisory.summary or "",
+        )
+        for h in report.hits
+    ]
+    _print_rows("advisories hitting the audited versions", columns, rows)
+    console.print(
+        f"{len(report.vulnerabilities)} vulnerabilities, {len(report.warnings)} warnings"
+        " (informational)",
+        highlight=False,
+    )
 
 
 @app.command("dbdump")
@@ -691,6 +810,61 @@ def licenses_backfill(
         return 0
 
     raise typer.Exit(guarded(body))
+
+
+@licenses_app.command("check")
+def licenses_check(
+    allow: Annotated[
+        list[str] | None, typer.Option("--allow", help="Allowed SPDX ids (comma-separated).")
+    ] = None,
+    deny: Annotated[
+        list[str] | None, typer.Option("--deny", help="Denied SPDX ids; deny wins over allow.")
+    ] = None,
+    exception: Annotated[
+        list[str] | None,
+        typer.Option("--exception", help="CRATE=LICENSE: allowed for that crate only."),
+    ] = None,
+    fmt: FormatOption = Format.table,
+    db: Db = None,
+) -> None:
+    """Every collected version whose license the policy cannot satisfy (cargo-deny's
+    semantics); exit 1 when any. Read-only."""
+    s = guarded(lambda: settings(db=db))
+
+    def body() -> int:
+        if not allow:
+            raise InputError("give the allowed licenses: --allow MIT,Apache-2.0,…")
+        policy = Policy.parse(allow, deny or [], exception or [])
+        result = check_database(Database(s.db, read_only=True), policy)
+        document = {
+            "versions_checked": result.rows,
+            "violations": [
+                {
+                    "crate": v.crate,
+                    "version": v.version,
+                    "license": v.license,
+                    "expression": v.expression,
+                    "reason": v.reason,
+                }
+                for v in result.violations
+            ],
+        }
+        emit(fmt, document, lambda: _print_violations(result))
+        return 1 if result.violations else 0
+
+    raise typer.Exit(guarded(body))
+
+
+def _print_violations(result: LicenseCheck) -> None:
+    columns = ("crate", "version", "license", "reason")
+    rows = [
+        (v.crate, v.version, v.expression or v.license or "", v.reason) for v in result.violations
+    ]
+    if rows:
+        _print_rows("licenses the policy does not accept", columns, rows)
+    console.print(
+        f"{result.rows} versions checked, {len(result.violations)} not accepted", highlight=False
+    )
 
 
 def licenses_import(

@@ -304,6 +304,7 @@ def _load_versions(
                         "LICENSE": license_text,
                         "STANDARD_LICENSE": standard.standard_license,
                         "LICENSE_IDS": standard.license_ids,
+                        "LICENSE_EXPRESSION": standard.expression,
                         "LICENSE_AI": None,
                         "FEATURES": dumps(json.loads(features)),
                         "CHECKSUM": _checksum(record),

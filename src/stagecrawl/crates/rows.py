@@ -40,6 +40,7 @@ def version_row(
         "LICENSE": license_text,
         "STANDARD_LICENSE": standard.standard_license if standard else None,
         "LICENSE_IDS": standard.license_ids if standard else None,
+        "LICENSE_EXPRESSION": standard.expression if standard else None,
         "LICENSE_AI": (ai_ids or {}).get(license_text or ""),
         "DEPENDENCIES": dumps(version.dependencies()),
         "FEATURES": dumps(version.features),

@@ -51,6 +51,10 @@ BigCount = (
 EventId = LargeBinary(32).with_variant(mysql.BINARY(32), "mysql", "mariadb")
 MYSQL_CI_PREFERENCE = ("utf8mb4_0900_ai_ci", "utf8mb4_uca1400_ai_ci", "utf8mb4_unicode_520_ci")
 PG_CI_COLLATION = "stagecrawl_ci"
+# Tables whose whole content is re-derived by one command (`info={"derived": …}` names it):
+# when an older version created them with another shape, they are dropped and created again,
+# all tables of the same source together (see Database.upgrade).
+DERIVED_FROM_OSV = {"derived": "OSV advisories (`stagecrawl crates vulns` refills them)"}
 
 
 def dumps(value: Any) -> str | None:
@@ -102,6 +106,7 @@ def build_metadata(ci: str | None, mysql_kw: dict[str, Any]) -> MetaData:
         Column("LICENSE", Text),
         Column("STANDARD_LICENSE", JsonText),
         Column("LICENSE_IDS", JsonText),
+        Column("LICENSE_EXPRESSION", Text),
         Column("LICENSE_AI", JsonText),
         Column("DEPENDENCIES", JsonText, nullable=False),
         Column("FEATURES", JsonText, nullable=False),
@@ -152,11 +157,12 @@ def build_metadata(ci: str | None, mysql_kw: dict[str, Any]) -> MetaData:
         metadata,
         Column("PRODUCT_KEY", ident(64), primary_key=True),
         Column("VULN_ID", String(64), primary_key=True),
+        Column("OSV_ID", String(64), primary_key=True),
         Column("VULN_RANGE", Text, nullable=False),
         Column("MAPPED_TYPE", String(8), nullable=False),
-        Column("OSV_ID", String(64), nullable=False),
         Column("MODIFIED", DateTime),
         Column("LAST_UPDATED", DateTime, nullable=False),
+        info=DERIVED_FROM_OSV,
         **mysql_kw,
     )
     Table(
@@ -171,10 +177,12 @@ def build_metadata(ci: str | None, mysql_kw: dict[str, Any]) -> MetaData:
         Column("PUBLISHED", DateTime),
         Column("MODIFIED", DateTime),
         Column("WITHDRAWN", DateTime),
+        Column("INFORMATIONAL", String(32)),
         Column("VULN_RANGE", Text, nullable=False),
         Column("MAPPED_TYPE", String(8), nullable=False),
         Column("OSV_JSON", JsonText, nullable=False),
         Column("LAST_UPDATED", DateTime, nullable=False),
+        info=DERIVED_FROM_OSV,
         **mysql_kw,
     )
     Table(
@@ -182,9 +190,10 @@ def build_metadata(ci: str | None, mysql_kw: dict[str, Any]) -> MetaData:
         metadata,
         Column("PRODUCT_KEY", ident(64), primary_key=True),
         Column("VERSION", ident(100), primary_key=True),
-        Column("VULN_ID", String(64), primary_key=True),
-        Column("OSV_ID", String(64), nullable=False),
+        Column("OSV_ID", String(64), primary_key=True),
+        Column("VULN_ID", String(64), nullable=False),
         Column("LAST_UPDATED", DateTime, nullable=False),
+        info=DERIVED_FROM_OSV,
         **mysql_kw,
     )
     Table(
@@ -306,9 +315,68 @@ class Database:
 
     def create_all(self) -> None:
         try:
+            self.upgrade()
             self.metadata.create_all(self.engine)
         except SQLAlchemyError as exc:
             raise StorageError(f"cannot create tables in {self.safe_url}: {exc}") from None
+
+    def upgrade(self) -> None:
+        """Bring tables made by an older stagecrawl to the current shape (`create_all` never
+        alters a table). Generic, by comparing the live table with the metadata:
+        - a missing nullable column is added (`ALTER TABLE … ADD`), existing rows keep theirs;
+        - a derived table (`info["derived"]`) that lacks a column or has another primary key
+          is dropped, with every table derived from the same source (so none of them keeps
+          rows the others lost), and created again empty;
+        - any other difference is an error that names the table: nothing is changed."""
+        live = inspect(self.engine)
+        existing = set(live.get_table_names())
+        rebuild: set[str] = set()
+        add: list[tuple[Table, Column[Any]]] = []
+        for table in self.metadata.sorted_tables:
+            if table.name not in existing:
+                continue
+            columns = {c["name"] for c in live.get_columns(table.name)}
+            key = live.get_pk_constraint(table.name).get("constrained_columns") or []
+            missing = [c for c in table.columns if c.name not in columns]
+            same_key = sorted(key) == sorted(c.name for c in table.primary_key.columns)
+            if "derived" in table.info:
+                if missing or not same_key:
+                    rebuild.add(str(table.info["derived"]))
+            elif same_key and all(c.nullable and not c.primary_key for c in missing):
+                add += [(table, c) for c in missing]
+            else:
+                raise StorageError(
+                    f"{table.name} in {self.safe_url} has a shape this stagecrawl cannot"
+                    " upgrade in place (primary key or NOT NULL columns differ)"
+                )
+        doomed = [
+            t
+            for t in self.metadata.sorted_tables
+            if t.name in existing and str(t.info.get("derived")) in rebuild
+        ]
+        if doomed:
+            log.warning(
+                "rebuilding %s: created by an older stagecrawl with another shape; "
+                "they are derived data: %s",
+                ", ".join(t.name for t in doomed),
+                "; ".join(sorted(rebuild)),
+            )
+            self.metadata.drop_all(self.engine, tables=doomed)
+        for table, column in add:
+            quote = self.engine.dialect.identifier_preparer
+            kind = column.type.compile(dialect=self.engine.dialect)
+            statement = (
+                f"ALTER TABLE {quote.format_table(table)} ADD {quote.quote(column.name)} {kind}"
+            )
+            log.info("adding column %s.%s", table.name, column.name)
+            try:
+                with self.engine.begin() as conn:
+                    conn.execute(text(statement))
+            except SQLAlchemyError:
+                # Another process starting at the same moment may have added it first.
+                names = {c["name"] for c in inspect(self.engine).get_columns(table.name)}
+                if column.name not in names:
+                    raise
 
     def _case_insensitive_collation(self, conn: Connection) -> str | None:
         if self.dialect == "sqlite":

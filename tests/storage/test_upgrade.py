@@ -1,0 +1,144 @@
+"""A database created by the previous stagecrawl keeps working: missing nullable columns are
+added in place, and the derived VULN tables, whose primary key changed, are rebuilt empty."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Column, MetaData, Table, inspect, select
+
+from stagecrawl.crates.osv import ImportReport, import_advisories
+from stagecrawl.storage.db import Database, build_metadata
+from tests.crates.conftest import _drop_tables
+from tests.services import MARIADB_URL, POSTGRES_URL
+
+# What the previous version created: no LICENSE_EXPRESSION, no INFORMATIONAL, and the VULN
+# tables keyed on the CVE.
+ADDED = {
+    "TB_COMP_LIB_VERSION_RUST": {"LICENSE_EXPRESSION"},
+    "TB_COMP_LIB_VULN_CARGO_RAW": {"INFORMATIONAL"},
+}
+OLD_KEYS = {
+    "TB_COMP_LIB_VULN_CARGO_V1": ("PRODUCT_KEY", "VULN_ID"),
+    "TB_COMP_LIB_VULN_CARGO_HIT": ("PRODUCT_KEY", "VERSION", "VULN_ID"),
+}
+
+
+def old_metadata(db: Database) -> MetaData:
+    kw: dict[str, Any] = {}
+    if db.dialect in ("mysql", "mariadb"):
+        kw = {"mysql_charset": "utf8mb4", "mysql_collate": db.collation, "mysql_engine": "InnoDB"}
+    current = build_metadata(db.collation, kw)
+    old = MetaData()
+    for table in current.sorted_tables:
+        keys = OLD_KEYS.get(table.name, tuple(c.name for c in table.primary_key.columns))
+        Table(
+            table.name,
+            old,
+            *(
+                Column(
+                    c.name,
+                    c.type,
+                    primary_key=c.name in keys,
+                    nullable=c.nullable,
+                    autoincrement=False,
+                )
+                for c in table.columns
+                if c.name not in ADDED.get(table.name, set())
+            ),
+            **kw,
+        )
+    return old
+
+
+@pytest.fixture(params=["sqlite", "mariadb", "postgresql"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'old.db'}"
+        return
+    target = MARIADB_URL if request.param == "mariadb" else POSTGRES_URL
+    _drop_tables(target)
+    yield target
+    _drop_tables(target)
+
+
+def test_a_database_of_the_previous_version_is_upgraded(
+    url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    probe = Database(url, create=False)
+    old = old_metadata(probe)
+    old.create_all(probe.engine)
+    now = datetime(2026, 1, 1)
+    with probe.engine.begin() as conn:
+        conn.execute(
+            old.tables["TB_COMP_LIB_VERSION_RUST"].insert(),
+            [
+                {
+                    "LANGUAGE": "rust",
+                    "REPOSITORY": "Cargo",
+                    "PRODUCT_KEY": "demo",
+                    "VERSION": "1.0.0",
+                    "NAME": "demo",
+                    "LICENSE": "MIT/Apache-2.0",
+                    "DEPENDENCIES": "[]",
+                    "FEATURES": "{}",
+                    "YANKED": False,
+                    "PROCESSED": 1,
+                    "LAST_UPDATED": now,
+                }
+            ],
+        )
+        conn.execute(
+            old.tables["TB_COMP_LIB_VULN_CARGO_V1"].insert(),
+            [
+                {
+                    "PRODUCT_KEY": "demo",
+                    "VULN_ID": "CVE-2099-1",
+                    "VULN_RANGE": "(,)",
+                    "MAPPED_TYPE": "RE",
+                    "OSV_ID": "RUSTSEC-2099-0001",
+                    "LAST_UPDATED": now,
+                }
+            ],
+        )
+    probe.dispose()
+
+    with caplog.at_level(logging.WARNING, logger="stagecrawl.storage"):
+        db = Database(url)
+    assert "rebuilding" in caplog.text and "crates vulns" in caplog.text
+    live = inspect(db.engine)
+    assert "LICENSE_EXPRESSION" in {c["name"] for c in live.get_columns(db.version.name)}
+    assert live.get_pk_constraint(db.vuln_v1.name)["constrained_columns"] == [
+        "PRODUCT_KEY",
+        "VULN_ID",
+        "OSV_ID",
+    ]
+    with db.engine.connect() as conn:
+        kept = conn.execute(select(db.version.c.LICENSE, db.version.c.LICENSE_EXPRESSION)).all()
+        assert [tuple(r) for r in kept] == [("MIT/Apache-2.0", None)]  # collected data stays
+        assert conn.execute(select(db.vuln_v1)).all() == []  # derived: rebuilt empty
+    # …and `crates vulns` refills it
+    record = {
+        "id": "RUSTSEC-2099-0001",
+        "aliases": ["CVE-2099-1"],
+        "modified": "2099-01-01T00:00:00Z",
+        "affected": [
+            {
+                "package": {"ecosystem": "crates.io", "name": "demo"},
+                "ranges": [{"type": "SEMVER", "events": [{"introduced": "0"}]}],
+            }
+        ],
+    }
+    import_advisories(db, [record], "collected", ImportReport())
+    with db.engine.connect() as conn:
+        assert len(conn.execute(select(db.vuln_hit)).all()) == 1
+    db.dispose()
+    again = Database(url)  # a second start changes nothing
+    with again.engine.connect() as conn:
+        assert len(conn.execute(select(again.vuln_hit)).all()) == 1
+    again.dispose()
