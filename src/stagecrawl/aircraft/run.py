@@ -47,6 +47,7 @@ class AircraftConfig:
     sparql_rate: float = 1.0
     api_rate: float = 5.0
     concurrency: int = 2
+    grace_period: float = 10.0
     fetch: FetchSettings | None = None  # the engine knobs; the contact is set from above
 
     def validate(self) -> None:
@@ -146,7 +147,9 @@ async def run_aircraft(
                             fetcher,
                             sink,
                             frontier,
-                            LoopSettings(concurrency=config.concurrency),
+                            LoopSettings(
+                                concurrency=config.concurrency, grace_period=config.grace_period
+                            ),
                             bar,
                             stop,
                         )

@@ -80,6 +80,7 @@ def aircraft_crawl(
         sparql_rate=s.sparql_rate,
         api_rate=s.entities_rate,
         concurrency=workers,
+        grace_period=s.grace_period,
         fetch=FetchSettings(
             timeout=s.timeout,
             deadline=s.deadline,
@@ -95,7 +96,7 @@ def aircraft_crawl(
         render(report, fmt)
         return exit_code(report.problems, report.interrupted, stop)
 
-    run(body)
+    run(body, s.grace_period)
 
 
 def render(report: AircraftReport, fmt: Format) -> None:

@@ -11,6 +11,7 @@ secrets masked, with the exit code below (docs/operations.md):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import sys
@@ -137,14 +138,34 @@ def guarded(body: Callable[[], T]) -> T:
         ) from None
 
 
-def run(body: Callable[[GracefulStop], Coroutine[Any, Any, int]]) -> NoReturn:
-    """Run an async command body under SIGINT/SIGTERM handling and exit with its code; a
-    stopped run exits 130 (SIGINT) or 143 (SIGTERM) after printing what it did."""
+def run(body: Callable[[GracefulStop], Coroutine[Any, Any, int]], grace: float = 30.0) -> NoReturn:
+    """Run an async command body under SIGINT/SIGTERM handling and exit with its code. A
+    stopped phase finishes what it holds within its grace period and reports; should it not,
+    it is cancelled `grace` + 2 s after the signal, so every stop is bounded. A stopped run
+    exits 130 (SIGINT) or 143 (SIGTERM)."""
 
     async def main() -> int:
         stop = GracefulStop()
         with stop.on_signals():
-            code = await body(stop)
+            task = asyncio.ensure_future(body(stop))
+            signalled = asyncio.ensure_future(stop.event.wait())
+            await asyncio.wait({task, signalled}, return_when=asyncio.FIRST_COMPLETED)
+            signalled.cancel()
+            if not task.done():
+                await asyncio.wait({task}, timeout=grace + 2.0)
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Interrupted):
+                    await task
+                console.print(
+                    f"stopped after the grace period ({grace:g}s); what was written stays",
+                    highlight=False,
+                )
+                return stop.exit_code
+            try:
+                code = task.result()
+            except Interrupted:
+                return stop.exit_code
         return stop.exit_code if stop.requested else code
 
     raise typer.Exit(guarded(lambda: asyncio.run(main())))

@@ -242,11 +242,13 @@ def seed_command(
         async with config.make_fetcher() as fetcher:
             client = CratesClient(fetcher, config.index_url, config.api_url)
             with progress("seeding", fmt) as bar:
-                report = await pipeline.seed(database, client, wanted, stop, resync, bar)
+                report = await pipeline.seed(
+                    database, client, wanted, stop, resync, bar, s.grace_period
+                )
         render_collect(report, fmt)
         return exit_code(report.problems, report.interrupted, stop)
 
-    run(body)
+    run(body, s.grace_period)
 
 
 @app.command("collect")
@@ -292,7 +294,7 @@ def collect_command(
             grace_period=grace_period,
         )
     )
-    run(lambda stop: _crawl(s, stop, fmt, [], False, limit, skip_existing))
+    run(lambda stop: _crawl(s, stop, fmt, [], False, limit, skip_existing), s.grace_period)
 
 
 @app.command("crawl")
@@ -342,7 +344,7 @@ def crawl_command(
         )
     )
     wanted = guarded(lambda: _gather_names(names, seeds_file))
-    run(lambda stop: _crawl(s, stop, fmt, wanted, resync, limit, skip_existing))
+    run(lambda stop: _crawl(s, stop, fmt, wanted, resync, limit, skip_existing), s.grace_period)
 
 
 @app.command("lock")
@@ -402,7 +404,7 @@ def lock_command(
         render_lock(report, fmt)
         return exit_code(report.problems, report.interrupted, stop)
 
-    run(body)
+    run(body, s.grace_period)
 
 
 def render_lock(report: pipeline.LockReport, fmt: Format) -> None:
@@ -473,7 +475,9 @@ def refresh_command(
         config = CratesConfig.from_settings(s)
         database = Database(s.db)
         async with config.make_fetcher() as fetcher:
-            checked = await refresh(database, fetcher, config.index_url, wanted, stop)
+            checked = await refresh(
+                database, fetcher, config.index_url, wanted, stop, grace_period=s.grace_period
+            )
             document: dict[str, object] = {"refresh": checked.as_json()}
             code = exit_code(bool(checked.failed or checked.gone), checked.interrupted, stop)
             collected = None
@@ -507,7 +511,7 @@ def refresh_command(
         emit(fmt, document, tables)
         return code
 
-    run(body)
+    run(body, s.grace_period)
 
 
 @app.command("vulns")
@@ -532,7 +536,9 @@ def vulns_command(
         if scope not in ("collected", "all"):
             raise InputError(f"--scope must be 'collected' or 'all', not {scope!r}")
         archive_limit = max_archive_mb * 1024 * 1024
-        data = await _download_or_path(s, source, archive_limit, "OSV source", stop)
+        data = await stop.cancelling(
+            _download_or_path(s, source, archive_limit, "OSV source", stop)
+        )
         database = Database(s.db)
         report = ImportReport()
         records = read_advisories(data, report.read, max_entry_kb * 1024)
@@ -568,7 +574,7 @@ def vulns_command(
         emit(fmt, _public(report), tables)
         return EXIT_PARTIAL if report.problems else 0
 
-    run(body)
+    run(body, s.grace_period)
 
 
 def _public(report: object) -> dict[str, object]:
@@ -673,7 +679,7 @@ def audit_command(
             sys.stdout.flush()
         return report.exit_code
 
-    run(body)
+    run(body, s.grace_period)
 
 
 def _print_rows(title: str, columns: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None:
@@ -747,7 +753,9 @@ def dbdump_command(
                 settings_ = FetchSettings(contact=s.contact, timeout=300.0)
                 lanes = Lanes([Lane("download", source, Rate(s.download_rate))])
                 async with Fetcher(settings_, lanes) as fetcher:
-                    await fetcher.download(source, path, int(max_gb * 1024**3), lane="download")
+                    await stop.cancelling(
+                        fetcher.download(source, path, int(max_gb * 1024**3), lane="download")
+                    )
             else:
                 path = Path(source)
                 if not path.is_file():
@@ -774,7 +782,7 @@ def dbdump_command(
         emit(fmt, _public(report), tables)
         return 0
 
-    run(body)
+    run(body, s.grace_period)
 
 
 licenses_app = typer.Typer(help="License standardisation.", no_args_is_help=True)

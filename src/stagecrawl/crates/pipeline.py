@@ -103,6 +103,7 @@ async def seed(
     stop: GracefulStop,
     resync: bool = False,
     progress: ProgressReporter | None = None,
+    grace_period: float = 10.0,
 ) -> CollectReport:
     """Queue the names, then register every version the index lists for each."""
     queued = await asyncio.to_thread(add_seeds, db, names, resync)
@@ -111,7 +112,7 @@ async def seed(
         if progress is not None:
             progress.update(stats.completed, max(queued, stats.claimed), {})
 
-    seeder = Seeder(db, client, stop, on_commit=on_commit)
+    seeder = Seeder(db, client, stop, on_commit=on_commit, grace_period=grace_period)
     report = CollectReport(seed=await seeder.run())
     _traffic(report, client, None)
     return report
@@ -140,7 +141,7 @@ async def collect(
             collector.add_to_total(seeder.queue.registered - seen)
         seen = seeder.queue.registered
 
-    seeder = Seeder(db, client, stop, on_commit=seeded)
+    seeder = Seeder(db, client, stop, on_commit=seeded, grace_period=settings.grace_period)
     collector = Collector(
         db,
         client,

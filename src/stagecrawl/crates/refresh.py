@@ -73,6 +73,7 @@ async def refresh(
     names: list[str] | None,
     stop: GracefulStop | None = None,
     concurrency: int = 16,
+    grace_period: float = 10.0,
 ) -> RefreshReport:
     """Ask the index about every known crate (or `names`), on the work loop."""
     report = RefreshReport()
@@ -113,7 +114,8 @@ async def refresh(
 
     known = await asyncio.to_thread(known_crates, db, names)
     queue: MemoryQueue[dict[str, Any], IndexEntry | None] = MemoryQueue(known, commit)
-    loop = WorkLoop(queue, check, LoopSettings(concurrency=concurrency), stop)
+    settings = LoopSettings(concurrency=concurrency, grace_period=grace_period)
+    loop = WorkLoop(queue, check, settings, stop)
     stats = await loop.run()
     report.interrupted = stats.interrupted
     report.not_checked = queue.released + len(known) - stats.claimed

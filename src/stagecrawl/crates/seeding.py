@@ -252,6 +252,7 @@ class Seeder:
         concurrency: int = 8,
         resync_all: bool = False,
         on_commit: Callable[[LoopStats], None] | None = None,
+        grace_period: float = 10.0,
     ) -> None:
         self.report = SeedReport()
         self.client = client
@@ -259,7 +260,7 @@ class Seeder:
         self.loop = WorkLoop(
             self.queue,
             self._process,
-            LoopSettings(concurrency=concurrency, commit_batch=256, grace_period=5.0),
+            LoopSettings(concurrency=concurrency, commit_batch=256, grace_period=grace_period),
             stop,
             on_commit,
         )

@@ -240,9 +240,10 @@ class Fetcher:
             retry_after: float | None = None
             reason = ""
             final_url = request.url
-            max_wait = None
-            if first_limited is not None:
-                max_wait = max(0.0, settings.max_retry_after - (clock.monotonic() - first_limited))
+            # A host cooldown longer than what this request may still wait fails it at once
+            # (another request's Retry-After of 700 s must not put this one to sleep).
+            spent = 0.0 if first_limited is None else clock.monotonic() - first_limited
+            max_wait = max(0.0, settings.max_retry_after - spent)
             try:
                 final_url, status, response_headers, body = await self._follow(request, max_wait)
             except WaitTooLong as exc:

@@ -19,9 +19,11 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
+from typing import TypeVar
 
 log = logging.getLogger("stagecrawl.shutdown")
+T = TypeVar("T")
 
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
@@ -61,6 +63,22 @@ class GracefulStop:
         log.warning("stopping: finishing %s (interrupt again to exit now)", self.finishing)
         self._flag.set()
         self.event.set()
+
+    async def cancelling(self, awaitable: Awaitable[T]) -> T:
+        """Await `awaitable`, but a stop request cancels it at once and raises Interrupted:
+        for single long waits with nothing to finish (a download, a subprocess)."""
+        work = asyncio.ensure_future(awaitable)
+        stopped = asyncio.ensure_future(self.event.wait())
+        try:
+            await asyncio.wait({work, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+        if not work.done():
+            work.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await work
+            raise Interrupted("stopped")
+        return work.result()
 
     async def wait(self, timeout: float | None) -> bool:
         """Sleep up to `timeout` seconds or until a stop; True when stopped."""
