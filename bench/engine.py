@@ -1,17 +1,19 @@
 """Engine throughput against the loopback test origin, beside bare clients in the same run.
 
-    python bench/engine.py [--requests 3000]
+    python bench/engine.py [--requests 5000] [--repeat 3]
 
 The origin runs in its own process so it does not share the GIL with the client under test.
-Prints requests/s of: the engine (Crawler + Fetcher on aiohttp, in-memory frontier, null sink),
-a bare httpx.AsyncClient + asyncio.gather loop, and a bare aiohttp loop, at concurrency 1, 16
-and 64, with the engine's ratio to the bare aiohttp loop (its own transport).
+Prints requests/s (median of --repeat runs) of: the engine (Crawler + Fetcher on the work
+loop, with the durable SQLite frontier on disk and a null sink), a bare aiohttp loop with a
+semaphore, and a bare httpx.AsyncClient loop, at concurrency 1, 16 and 64, with the engine's
+ratio to the bare aiohttp loop (its own transport).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -24,10 +26,11 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from stagecrawl.engine.crawler import Crawler, CrawlSettings
+from stagecrawl.engine.crawler import Crawler
 from stagecrawl.engine.fetcher import Fetcher, FetchSettings
 from stagecrawl.engine.frontier import Frontier
 from stagecrawl.engine.request import Item
+from stagecrawl.engine.work import LoopSettings
 from stagecrawl.testing.stages import FlatStage
 
 BODY = b'{"name": "bench", "values": [' + b"1, " * 200 + b"1]}"
@@ -46,17 +49,20 @@ class NullSink:
 
 async def engine_run(urls: list[str], concurrency: int) -> float:
     settings = FetchSettings(max_connections=concurrency)
-    async with Fetcher(settings) as fetcher:
-        crawler = Crawler(
-            FlatStage(urls),
-            fetcher,
-            NullSink(),
-            Frontier(None),
-            CrawlSettings(concurrency=concurrency, handle_signals=False),
-        )
-        started = time.perf_counter()
-        summary = await crawler.run()
-        elapsed = time.perf_counter() - started
+    with tempfile.TemporaryDirectory() as tmp:
+        frontier = Frontier(Path(tmp) / "frontier.sqlite")  # durable: on disk, WAL
+        async with Fetcher(settings) as fetcher:
+            crawler = Crawler(
+                FlatStage(urls),
+                fetcher,
+                NullSink(),
+                frontier,
+                LoopSettings(concurrency=concurrency, commit_batch=256),
+            )
+            started = time.perf_counter()
+            summary = await crawler.run()
+            elapsed = time.perf_counter() - started
+        frontier.close()
     assert summary.requests_done == len(urls) and not summary.errors
     return len(urls) / elapsed
 
@@ -92,7 +98,8 @@ async def aiohttp_run(urls: list[str], concurrency: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--requests", type=int, default=3000)
+    parser.add_argument("--requests", type=int, default=5000)
+    parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "p.json").write_bytes(BODY)
@@ -104,7 +111,10 @@ def main() -> None:
         try:
             assert origin.stdout is not None
             base = origin.stdout.readline().strip()
-            table = Table(title=f"engine vs bare clients, {args.requests} GETs, loopback origin")
+            table = Table(
+                title=f"engine (durable frontier) vs bare clients, {args.requests} GETs,"
+                f" median of {args.repeat}, loopback origin"
+            )
             for column in (
                 "concurrency",
                 "engine req/s",
@@ -116,15 +126,18 @@ def main() -> None:
                 table.add_column(column, justify="right")
             for concurrency in (1, 16, 64):
                 count = args.requests if concurrency > 1 else args.requests // 3
-                results = {}
-                for name, runner in (
-                    ("engine", engine_run),
-                    ("httpx", httpx_run),
-                    ("aiohttp", aiohttp_run),
-                ):
-                    # distinct URLs per run: the engine dedups by URL
-                    urls = [f"{base}/p.json?run={name}{concurrency}&n={i}" for i in range(count)]
-                    results[name] = asyncio.run(runner(urls, concurrency))
+                samples: dict[str, list[float]] = {"engine": [], "httpx": [], "aiohttp": []}
+                for round_ in range(args.repeat):  # interleaved, so drift hits all alike
+                    for name, runner in (
+                        ("engine", engine_run),
+                        ("httpx", httpx_run),
+                        ("aiohttp", aiohttp_run),
+                    ):
+                        # distinct URLs per run: the engine dedups by URL
+                        tag = f"{name}{concurrency}r{round_}"
+                        urls = [f"{base}/p.json?run={tag}&n={i}" for i in range(count)]
+                        samples[name].append(asyncio.run(runner(urls, concurrency)))
+                results = {name: statistics.median(v) for name, v in samples.items()}
                 table.add_row(
                     str(concurrency),
                     f"{results['engine']:.0f}",

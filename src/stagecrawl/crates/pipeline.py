@@ -139,6 +139,7 @@ async def collect(
         nonlocal seen
         if collector is not None:
             collector.add_to_total(seeder.queue.registered - seen)
+            collector.loop.wake()
         seen = seeder.queue.registered
 
     seeder = Seeder(db, client, stop, on_commit=seeded, grace_period=settings.grace_period)

@@ -115,6 +115,11 @@ class WorkLoop(Generic[U, R]):
         self._in_worker: dict[int, U] = {}
         self._committer_task: asyncio.Task[None]
 
+    def wake(self) -> None:
+        """New work may be claimable (another producer registered some): claim now rather
+        than at the next poll."""
+        self._committed.set()
+
     async def run(self) -> LoopStats:
         started = time.monotonic()
         settings = self.settings
