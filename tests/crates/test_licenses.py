@@ -352,3 +352,41 @@ async def test_licenses_check_over_the_database(
     assert ok.returncode == 1 and "GPL-3.0-only" not in ok.stderr and "Foo-Bar" in ok.stderr
     typo = stagecrawl("crates", "licenses", "check", "--allow", "MTI", "--db", url)
     assert typo.returncode == 2 and "MTI" in typo.stderr and "Traceback" not in typo.stderr
+
+
+def test_classifier_failures_during_collect_are_redone_by_backfill(
+    registry: Registry, origin: TestOrigin, tmp_path: Path
+) -> None:
+    state = {"down": True}
+
+    async def classify(request: web.Request) -> web.StreamResponse:
+        if state["down"]:
+            return web.Response(status=503)
+        return web.json_response([MIT])
+
+    origin.handle("/classify", classify)
+    db_url = f"sqlite:///{tmp_path / 'ai.db'}"
+    urls = ["--index-url", registry.index.url + "/", "--api-url", registry.api.url + "/"]
+    ai = ["--ai-license-url", origin.url + "/classify", "--db", db_url]
+    env = {"STAGECRAWL_RETRIES": "0"}
+    done = stagecrawl("crates", "crawl", "cc", "syn", *urls, *ai, "--format", "json", env=env)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["ai"]["warnings"] == report["ai"]["calls"] > 0  # counted, not hidden
+    db = Database(db_url)
+    with db.engine.connect() as conn:
+        licensed = conn.execute(
+            select(db.version.c.LICENSE_AI).where(db.version.c.LICENSE.is_not(None))
+        ).all()
+    assert licensed and all(r[0] is None for r in licensed)
+
+    state["down"] = False
+    again = stagecrawl("crates", "licenses", "backfill", *ai, "--format", "json", env=env)
+    assert again.returncode == 0, again.stderr
+    filled = json.loads(again.stdout)["ai"]
+    assert filled["filled"] == len(licensed) and filled["failed"] == 0
+    with db.engine.connect() as conn:
+        values = conn.execute(
+            select(db.version.c.LICENSE_AI).where(db.version.c.LICENSE.is_not(None))
+        ).all()
+    assert {r[0] for r in values} == {f"[{MIT}]"}

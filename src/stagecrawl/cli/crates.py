@@ -60,10 +60,12 @@ from stagecrawl.crates.client import CratesClient
 from stagecrawl.crates.config import CratesConfig, read_seeds_file, split_env_seeds
 from stagecrawl.crates.dbdump import DEFAULT_DUMP_URL, load_dump
 from stagecrawl.crates.licenses import (
+    AiBackfillReport,
     AiLicenseClient,
     LicenseCheck,
     Policy,
     backfill,
+    backfill_ai,
     check_database,
     import_reference,
 )
@@ -796,12 +798,29 @@ def licenses_backfill(
     ] = False,
     fmt: FormatOption = Format.table,
     db: Db = None,
+    ai_license_url: AiLicenseUrl = None,
+    ai_rate: AiRate = None,
+    contact: Contact = None,
 ) -> None:
-    """Fill STANDARD_LICENSE and LICENSE_IDS from the stored LICENSE (no network)."""
-    s = guarded(lambda: settings(db=db))
+    """Fill STANDARD_LICENSE, LICENSE_IDS and LICENSE_EXPRESSION from the stored LICENSE (no
+    network); with --ai-license-url, also ask the classifier for every LICENSE_AI still NULL."""
+    s = guarded(
+        lambda: settings(db=db, ai_license_url=ai_license_url, ai_rate=ai_rate, contact=contact)
+    )
 
-    def body() -> int:
-        report = backfill(Database(s.db), recompute_all)
+    async def body(stop: GracefulStop) -> int:
+        database = Database(s.db)
+        report = await asyncio.to_thread(backfill, database, recompute_all)
+        ai_report: AiBackfillReport | None = None
+        if s.ai_license_url:
+            lanes = Lanes([Lane("ai", s.ai_license_url, Rate(s.ai_rate))])
+            fetch = FetchSettings(contact=s.contact, timeout=s.timeout, retries=s.retries)
+            async with Fetcher(fetch, lanes) as fetcher:
+                ai_client = AiLicenseClient(fetcher, s.ai_license_url)
+                ai_report = await backfill_ai(database, ai_client, stop)
+        document = _public(report)
+        if ai_report is not None:
+            document["ai"] = _public(ai_report)
 
         def tables() -> None:
             rows: dict[str, object] = {
@@ -812,12 +831,17 @@ def licenses_backfill(
             }
             for text, count in report.common_unmatched:
                 rows[f"  unmatched: {text}"] = count
+            if ai_report is not None:
+                rows["AI: rows without LICENSE_AI"] = ai_report.rows
+                rows["AI: distinct texts asked"] = ai_report.texts
+                rows["AI: rows filled"] = ai_report.filled
+                rows["AI: rows still failing"] = ai_report.failed
             show("licenses backfill", rows)
 
-        emit(fmt, _public(report), tables)
-        return 0
+        emit(fmt, document, tables)
+        return EXIT_PARTIAL if ai_report is not None and ai_report.failed else 0
 
-    raise typer.Exit(guarded(body))
+    run(body, s.grace_period)
 
 
 @licenses_app.command("check")

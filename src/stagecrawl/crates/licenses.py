@@ -18,6 +18,7 @@ import logging
 import re
 import zlib
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -29,6 +30,8 @@ from sqlalchemy.exc import IntegrityError
 
 from stagecrawl.crates.semver import sort_key
 from stagecrawl.engine.fetcher import Fetcher
+from stagecrawl.engine.shutdown import GracefulStop
+from stagecrawl.engine.work import LoopSettings, MemoryQueue, WorkLoop
 from stagecrawl.errors import FetchError, InputError
 from stagecrawl.storage.db import Database, dumps, upsert
 
@@ -824,6 +827,65 @@ def check_database(db: Database, policy: Policy) -> LicenseCheck:
     found.sort(key=lambda v: (v.crate.lower(), sort_key(v.version)))
     result.violations = found
     return result
+
+
+@dataclass
+class AiBackfillReport:
+    rows: int = 0  # rows whose LICENSE_AI was NULL with a LICENSE to classify
+    texts: int = 0  # distinct license texts asked about
+    filled: int = 0
+    failed: int = 0  # rows still NULL (the classifier failed again): the next backfill asks
+
+
+async def backfill_ai(
+    db: Database, client: AiLicenseClient, stop: GracefulStop | None = None
+) -> AiBackfillReport:
+    """Ask the classifier again for every row whose LICENSE_AI is NULL (a failure during
+    collect, or a classifier added later), on the work loop: one call per distinct text, the
+    rows of each batch of answers updated in one transaction."""
+    table = db.version
+    report = AiBackfillReport()
+    query = select(table.c.PRODUCT_KEY, table.c.VERSION, table.c.LICENSE).where(
+        table.c.LICENSE_AI.is_(None), table.c.LICENSE.is_not(None)
+    )
+    with db.engine.connect() as conn:
+        rows = conn.execute(query).all()
+    report.rows = len(rows)
+    by_text: dict[str, list[tuple[str, str]]] = {}
+    for r in rows:
+        if str(r.LICENSE).strip():
+            by_text.setdefault(str(r.LICENSE), []).append((r.PRODUCT_KEY, r.VERSION))
+    report.texts = len(by_text)
+    statement = (
+        update(table)
+        .where(
+            table.c.LANGUAGE == "rust",
+            table.c.REPOSITORY == "Cargo",
+            table.c.PRODUCT_KEY == bindparam("k_key"),
+            table.c.VERSION == bindparam("k_version"),
+        )
+        .values(LICENSE_AI=bindparam("LICENSE_AI"))
+    )
+
+    async def ask(text: str) -> tuple[str, str | None]:
+        return text, await client.classify(text)
+
+    def commit(answers: Sequence[tuple[str, str | None]]) -> None:
+        updates = [
+            {"k_key": key, "k_version": version, "LICENSE_AI": ids}
+            for text, ids in answers
+            if ids is not None
+            for key, version in by_text[text]
+        ]
+        report.filled += len(updates)
+        if updates:
+            with db.engine.begin() as conn:
+                conn.execute(statement, updates)
+
+    queue: MemoryQueue[str, tuple[str, str | None]] = MemoryQueue(sorted(by_text), commit)
+    await WorkLoop(queue, ask, LoopSettings(concurrency=4), stop).run()
+    report.failed = report.rows - report.filled
+    return report
 
 
 class AiLicenseClient:
