@@ -124,3 +124,23 @@ def test_killed_mid_pass_then_resumed_gives_identical_stores(
         assert resumed.returncode == 0, resumed.stderr
         for name, content in expected.items():
             assert (out / f"{name}.json").read_bytes() == content, (attempt, name)
+
+
+def test_a_failed_request_is_retried_by_the_plain_rerun(origin: TestOrigin, tmp_path: Path) -> None:
+    install(origin)
+    broken = origin.rule("/w/api.php", status=500)  # the entity API is down for this run
+    out = tmp_path / "out"
+    args = ["aircraft", "crawl", "--out", str(out), *urls(origin), "--batch", "2"]
+    first = stagecrawl(*args, env={"STAGECRAWL_RETRIES": "0"})
+    assert first.returncode == 1, first.stderr  # something is left on the retry ladder
+    assert "on the retry ladder (next run)" in first.stderr and "status 500" in first.stderr
+    assert load(out, "specs") == {}
+    status = stagecrawl("status", "--aircraft", str(out), "--format", "json")
+    ladder = json.loads(status.stdout)["aircraft"]["passes"]["specs"]["ladder"]
+    assert ladder and all("500" in entry["reason"] for entry in ladder)
+
+    origin.rules.remove(broken)
+    again = stagecrawl(*args)  # the same command, nothing else
+    assert again.returncode == 0, again.stderr
+    assert set(load(out, "specs")) == set(load(out, "models"))
+    assert "retried from the ladder" in again.stderr
