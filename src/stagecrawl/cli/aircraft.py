@@ -25,7 +25,7 @@ from stagecrawl.cli.common import (
     guarded,
     progress,
     run,
-    settings,
+    settings_from,
     show,
 )
 from stagecrawl.engine.fetcher import FetchSettings
@@ -57,17 +57,8 @@ def aircraft_crawl(
     stay on the retry ladder and are tried again by the next run."""
     if stage not in (*PASSES, "all"):
         raise fail(f"--stage must be one of {', '.join(PASSES)} or all, not {stage!r}")
-    s = guarded(
-        lambda: settings(
-            sparql_url=sparql_url,
-            entities_url=entities_url,
-            sparql_rate=sparql_rate,
-            entities_rate=entities_rate,
-            concurrency=concurrency if concurrency is not None else None,
-            contact=contact,
-            grace_period=grace_period,
-        )
-    )
+    options = locals()
+    s = guarded(lambda: settings_from(options))
     # Wikimedia asks for at most a few concurrent requests: 2 unless asked otherwise.
     workers = s.concurrency if s.sources["concurrency"] != "default" else 2
     config = AircraftConfig(

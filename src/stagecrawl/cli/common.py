@@ -92,9 +92,10 @@ FormatOption = Annotated[
 ]
 
 
-def settings(**flags: Any) -> Settings:
-    """Resolve the run's settings: these flags, then the environment, then the defaults."""
-    return Settings.resolve(flags)
+def settings_from(options: Mapping[str, Any]) -> Settings:
+    """Resolve the run's settings from a command's options (its `locals()`: those that are
+    settings), then the environment, then the defaults."""
+    return Settings.resolve({k: v for k, v in options.items() if k in BY_NAME})
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:

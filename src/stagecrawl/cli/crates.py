@@ -43,7 +43,7 @@ from stagecrawl.cli.common import (
     guarded,
     progress,
     run,
-    settings,
+    settings_from,
     show,
 )
 from stagecrawl.crates import pipeline
@@ -223,19 +223,8 @@ def seed_command(
     grace_period: GracePeriod = None,
 ) -> None:
     """Register every version of each crate (from the sparse index) in the LIST table."""
-    s = guarded(
-        lambda: settings(
-            db=db,
-            index_url=index_url,
-            api_url=api_url,
-            contact=contact,
-            index_rate=index_rate,
-            index_burst=index_burst,
-            concurrency=concurrency,
-            redis_url=redis_url,
-            grace_period=grace_period,
-        )
-    )
+    options = locals()
+    s = guarded(lambda: settings_from(options))
     wanted = guarded(lambda: _gather_names(names, seeds_file))
 
     async def body(stop: GracefulStop) -> int:
@@ -276,26 +265,8 @@ def collect_command(
     grace_period: GracePeriod = None,
 ) -> None:
     """Collect pending LIST events (and queued seeds) into VERSION and PRODUCT."""
-    s = guarded(
-        lambda: settings(
-            db=db,
-            index_url=index_url,
-            api_url=api_url,
-            contact=contact,
-            api_rate=api_rate,
-            index_rate=index_rate,
-            api_burst=api_burst,
-            index_burst=index_burst,
-            api_budget=api_budget,
-            index_budget=index_budget,
-            concurrency=concurrency,
-            ai_license_url=ai_license_url,
-            ai_rate=ai_rate,
-            redis_url=redis_url,
-            lease_seconds=lease_seconds,
-            grace_period=grace_period,
-        )
-    )
+    options = locals()
+    s = guarded(lambda: settings_from(options))
     run(lambda stop: _crawl(s, stop, fmt, [], False, limit, skip_existing), s.grace_period)
 
 
@@ -325,26 +296,8 @@ def crawl_command(
     grace_period: GracePeriod = None,
 ) -> None:
     """Seed and collect in one command: collecting starts with the first crate seeded."""
-    s = guarded(
-        lambda: settings(
-            db=db,
-            index_url=index_url,
-            api_url=api_url,
-            contact=contact,
-            api_rate=api_rate,
-            index_rate=index_rate,
-            api_burst=api_burst,
-            index_burst=index_burst,
-            api_budget=api_budget,
-            index_budget=index_budget,
-            concurrency=concurrency,
-            ai_license_url=ai_license_url,
-            ai_rate=ai_rate,
-            redis_url=redis_url,
-            lease_seconds=lease_seconds,
-            grace_period=grace_period,
-        )
-    )
+    options = locals()
+    s = guarded(lambda: settings_from(options))
     wanted = guarded(lambda: _gather_names(names, seeds_file))
     run(lambda stop: _crawl(s, stop, fmt, wanted, resync, limit, skip_existing), s.grace_period)
 
@@ -381,16 +334,8 @@ def lock_command(
     index_rate: IndexRate = None,
 ) -> None:
     """Register the crates a project's Cargo.lock uses, per git tag (or one lock file)."""
-    s = guarded(
-        lambda: settings(
-            cache_dir=cache_dir,
-            db=db,
-            index_url=index_url,
-            api_url=api_url,
-            contact=contact,
-            index_rate=index_rate,
-        )
-    )
+    options = locals()
+    s = guarded(lambda: settings_from(options))
 
     async def body(stop: GracefulStop) -> int:
         config = CratesConfig.from_settings(s)
@@ -458,19 +403,8 @@ def refresh_command(
     grace_period: GracePeriod = None,
 ) -> None:
     """Re-check known crates with conditional GETs; register and collect only what changed."""
-    s = guarded(
-        lambda: settings(
-            db=db,
-            index_url=index_url,
-            api_url=api_url,
-            contact=contact,
-            api_rate=api_rate,
-            index_rate=index_rate,
-            concurrency=concurrency,
-            redis_url=redis_url,
-            grace_period=grace_period,
-        )
-    )
+    options = locals()
+    s = guarded(lambda: settings_from(options))
     wanted = guarded(lambda: [validate_name(n) for n in names or []])
 
     async def body(stop: GracefulStop) -> int:
@@ -532,7 +466,8 @@ def vulns_command(
     contact: Contact = None,
 ) -> None:
     """Import OSV advisories for crates.io into the VULN tables and match collected versions."""
-    s = guarded(lambda: settings(db=db, contact=contact))
+    options = locals()
+    s = guarded(lambda: settings_from(options))
 
     async def body(stop: GracefulStop) -> int:
         if scope not in ("collected", "all"):
@@ -639,7 +574,8 @@ def audit_command(
 ) -> None:
     """Which stored advisories hit crate versions — any version, collected or not (run
     `crates vulns` first). Exit 1 when a vulnerability hits. Read-only."""
-    s = guarded(lambda: settings(db=db, cache_dir=cache_dir, index_url=index_url))
+    options = locals()
+    s = guarded(lambda: settings_from(options))
 
     async def body(stop: GracefulStop) -> int:
         if output not in AUDIT_FORMATS:
@@ -744,7 +680,8 @@ def dbdump_command(
     contact: Contact = None,
 ) -> None:
     """Load the whole registry from crates.io's database dump (no API crawl)."""
-    s = guarded(lambda: settings(db=db, contact=contact))
+    options = locals()
+    s = guarded(lambda: settings_from(options))
 
     async def body(stop: GracefulStop) -> int:
         with tempfile.TemporaryDirectory(prefix="stagecrawl-dl-") as tmp:
@@ -804,9 +741,8 @@ def licenses_backfill(
 ) -> None:
     """Fill STANDARD_LICENSE, LICENSE_IDS and LICENSE_EXPRESSION from the stored LICENSE (no
     network); with --ai-license-url, also ask the classifier for every LICENSE_AI still NULL."""
-    s = guarded(
-        lambda: settings(db=db, ai_license_url=ai_license_url, ai_rate=ai_rate, contact=contact)
-    )
+    options = locals()
+    s = guarded(lambda: settings_from(options))
 
     async def body(stop: GracefulStop) -> int:
         database = Database(s.db)
@@ -861,7 +797,8 @@ def licenses_check(
 ) -> None:
     """Every collected version whose license the policy cannot satisfy (cargo-deny's
     semantics); exit 1 when any. Read-only."""
-    s = guarded(lambda: settings(db=db))
+    options = locals()
+    s = guarded(lambda: settings_from(options))
 
     def body() -> int:
         if not allow:
@@ -904,7 +841,8 @@ def licenses_import(
     db: Db = None,
 ) -> None:
     """Load a license reference into TB_LICENSE_V2 (upsert by ID)."""
-    s = guarded(lambda: settings(db=db))
+    options = locals()
+    s = guarded(lambda: settings_from(options))
 
     def body() -> int:
         count = import_reference(Database(s.db), file)

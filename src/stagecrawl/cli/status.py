@@ -12,7 +12,16 @@ from rich.markup import escape
 from rich.table import Table
 from sqlalchemy import func, select
 
-from stagecrawl.cli.common import Db, Format, FormatOption, console, emit, guarded, run, settings
+from stagecrawl.cli.common import (
+    Db,
+    Format,
+    FormatOption,
+    console,
+    emit,
+    guarded,
+    run,
+    settings_from,
+)
 from stagecrawl.crates.queue import STATE_NAMES, utcnow
 from stagecrawl.engine.frontier import STATE_NAMES as FRONTIER_STATES
 from stagecrawl.engine.progress import summary_table
@@ -142,7 +151,8 @@ def status(
 ) -> None:
     """The LIST ladder and sources, the seed ladder, table totals and live workers (and an
     aircraft crawl's retry ladder with --aircraft DIR). Read-only: never creates anything."""
-    s = guarded(lambda: settings(db=db))
+    options = locals()
+    s = guarded(lambda: settings_from(options))
 
     def body() -> int:
         document: dict[str, Any] = {}
