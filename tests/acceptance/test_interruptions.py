@@ -40,7 +40,11 @@ def test_sigint_exits_130_with_a_summary_and_a_rerun_finishes(
     url = f"sqlite:///{tmp_path / 'int.db'}"
     assert stagecrawl("crates", "seed", *NAMES, "--db", url, *mirror.urls()).returncode == 0
     process = spawn("crates", "collect", "--db", url, *mirror.urls(), "--api-rate", "4")
-    time.sleep(2.5)
+    # Interrupt once some crates are in (whatever the machine's load), well before the end.
+    deadline = time.monotonic() + 60
+    while len(mirror.api.requests_to("/api/*")) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
     process.send_signal(signal.SIGINT)
     code = process.wait(60)
     stderr = process.stderr.read() if process.stderr else ""
