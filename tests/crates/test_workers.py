@@ -26,6 +26,14 @@ from tests.services import MARIADB_URL, POSTGRES_URL, REDIS_URL
 CRATES = [f"fleet-{i:02d}" for i in range(24)]
 
 
+def wait_for(condition: Any, seconds: float = 60.0) -> None:
+    """Poll instead of sleeping a fixed time: start-up takes longer on a loaded machine."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
 def build(root: Path) -> None:
     for name in CRATES:
         lines = [index_line(name, f"1.{v}.0", yanked=v == 2) for v in range(3)]
@@ -140,7 +148,8 @@ def test_four_workers_one_killed_share_the_queue_and_the_limit(
         "2",
     ]
     workers = [spawn("crates", "collect", *common) for _ in range(4)]
-    time.sleep(2.0)
+    wait_for(lambda: len(api.requests_to("/api/*")) >= 4)  # the workers are claiming
+    time.sleep(0.5)
     workers[0].send_signal(signal.SIGKILL)  # dies holding leases
     codes = [w.wait(180) for w in workers]
     assert codes[0] == -signal.SIGKILL
@@ -166,7 +175,7 @@ def test_sqlite_refuses_a_second_worker_and_status_lists_the_first(
     db = f"sqlite:///{tmp_path / 'one.db'}"
     assert stagecrawl("crates", "seed", *CRATES, "--db", db, *urls).returncode == 0
     first = spawn("crates", "collect", "--db", db, *urls, "--api-rate", "2")
-    time.sleep(2.5)
+    wait_for(lambda: bool(api.requests_to("/api/*")))  # it is collecting, holding the file
     second = stagecrawl("crates", "collect", "--db", db, *urls)
     status = stagecrawl("status", "--db", db)
     first.send_signal(signal.SIGINT)

@@ -162,7 +162,9 @@ def test_sigint_finishes_in_flight_work_exits_130_and_resumes(
     origin.rule("/pages/*", stall=0.03)
     out = tmp_path / "out"
     process = _spawn(origin.url, out)
-    time.sleep(1.0)
+    deadline = time.monotonic() + 60
+    while len(origin.log) < 10 and time.monotonic() < deadline:  # under way, however loaded
+        time.sleep(0.02)
     process.send_signal(signal.SIGINT)
     code = process.wait(60)
     stderr = process.stderr.read().decode() if process.stderr else ""
