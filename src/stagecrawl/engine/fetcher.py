@@ -340,7 +340,7 @@ class Fetcher:
     def _auth(self, lane: Lane, url: str) -> dict[str, str]:
         """The lane's token, only for URLs inside the lane (never another lane on the same
         host, never a redirect target elsewhere)."""
-        if lane.token and lane.covers(url):
+        if lane.token is not None and lane.covers(url):
             return {"Authorization": f"Bearer {lane.token}"}
         return {}
 

@@ -29,6 +29,7 @@ import re
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Protocol
 from urllib.parse import urlsplit
 
@@ -86,8 +87,26 @@ class Budget:
         return f"{self.limit}/{self.window:g}s"
 
 
+@lru_cache(maxsize=4096)
+def _origin_of_prefix(prefix: str) -> str:
+    parts = urlsplit(prefix)
+    scheme = parts.scheme.lower()
+    host = (parts.hostname or "").lower()
+    port = parts.port
+    if port is None or (scheme, port) in {("http", 80), ("https", 443)}:
+        return f"{scheme}://{host}"
+    return f"{scheme}://{host}:{port}"
+
+
 def origin_of(url: str) -> str:
-    """`scheme://host[:port]`, lowercased, default ports dropped: the unit of a 429 cooldown."""
+    """`scheme://host[:port]`, lowercased, default ports dropped: the unit of a 429 cooldown.
+    (Hot path: computed from the URL's scheme and authority only, cached by those.)"""
+    scheme_end = url.find("://")
+    if scheme_end > 0:
+        authority_end = url.find("/", scheme_end + 3)
+        head = url if authority_end < 0 else url[:authority_end]
+        if "?" not in head and "#" not in head:
+            return _origin_of_prefix(head)
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     host = (parts.hostname or "").lower()
@@ -127,7 +146,10 @@ class Lane:
         return _prefix(self.url)
 
     def covers(self, url: str) -> bool:
-        return (origin_of(url) + (urlsplit(url).path or "/")).startswith(self.prefix)
+        origin = origin_of(url)
+        rest = url[url.find("/", url.find("://") + 3) :] if url.count("/") >= 3 else "/"
+        path = rest.split("?", 1)[0].split("#", 1)[0] or "/"
+        return (origin + path).startswith(self.prefix)
 
     @property
     def floor(self) -> float | None:
