@@ -476,6 +476,15 @@ def render_lock(report: pipeline.LockReport, fmt: Format) -> None:
             console.print(
                 f"[bold red]failed:[/] {escape(r.error or '')}", highlight=False, soft_wrap=True
             )
+        for r in report.tags:
+            for name, reason in sorted((r.index_failed or {}).items())[:MAX_REASON_LINES]:
+                line = (
+                    f"{r.label}: {name}: {reason} (its pinned versions are registered;"
+                    " collect asks the index again)"
+                )
+                console.print(
+                    f"[yellow]index failed:[/] {escape(line)}", highlight=False, soft_wrap=True
+                )
         document = report.as_json()
         show(
             "lock totals",
