@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from stagecrawl import secrets
 from stagecrawl.errors import ConfigError
+from stagecrawl.secrets import mask_url
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,8 @@ class Setting:
     env: str | None
     flag: str | None
     help: str
-    check: str = ""  # "positive", "at-least-1", "url", "non-negative", "budgets"
+    # "positive", "at-least-1", "url", "redis-url", "non-negative", "budgets"
+    check: str = ""
     secret: bool = False
 
 
@@ -88,7 +90,14 @@ SETTINGS: tuple[Setting, ...] = (
         check="budgets",
     ),
     _s("concurrency", 8, int, "units (crates, requests) processed at once", check="at-least-1"),
-    _s("redis_url", None, str, "Redis for one rate limit shared by every worker", secret=True),
+    _s(
+        "redis_url",
+        None,
+        str,
+        "Redis for one rate limit shared by every worker",
+        check="redis-url",
+        secret=True,
+    ),
     _s(
         "lease_seconds",
         900.0,
@@ -240,7 +249,7 @@ class Settings:
             else:
                 value, source, where = setting.default, setting.name, "default"
             if value is not None:
-                if setting.secret and "://" not in str(value):
+                if setting.secret and "url" not in setting.check:
                     secrets.register(str(value))  # a token
                 elif setting.secret or setting.check == "url":
                     # Registered before the check, whose error quotes the value: a URL's
@@ -286,6 +295,10 @@ def _check(setting: Setting, value: Any, source: str) -> None:
             ok = False
         if not ok:
             raise ConfigError(f"{source} must be an http(s) URL, got {value!r}")
+    if check == "redis-url" and urlsplit(str(value)).scheme not in ("redis", "rediss", "unix"):
+        raise ConfigError(
+            f"{source} must be a redis://, rediss:// or unix:// URL, got {mask_url(str(value))!r}"
+        )
     if check == "budgets":
         from stagecrawl.engine.ratelimit import Budget  # the engine's own reading of it
 

@@ -119,6 +119,7 @@ def test_full_disk_keeps_what_was_written(mirror: Mirror, tmp_path: Path) -> Non
         (["--index-url", "ftp://x"], "--index-url must be an http(s) URL, got 'ftp://x'"),
         (["--index-url", "index.crates.io/"], "--index-url must be an http(s) URL"),
         (["--api-budget", "5/0s"], "--api-budget: a budget needs a limit ≥ 1 and a window > 0"),
+        (["--redis-url", "127.0.0.1:6379"], "--redis-url must be a redis://, rediss:// or unix://"),
     ],
 )
 def test_bad_options_are_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
