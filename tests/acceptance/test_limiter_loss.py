@@ -68,3 +68,37 @@ def test_losing_redis_mid_run_stops_the_worker_with_one_line(
     again = stagecrawl("crates", "collect", "--db", url, *mirror.urls(), "--api-rate", "50")
     assert again.returncode == 0, again.stderr
     assert counts(db_file) == (total, total, 0)  # the rerun without Redis finished the work
+
+
+def test_losing_redis_mid_refresh_stops_it_with_one_line(mirror: Mirror, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'refresh.db'}"
+    crawled = stagecrawl("crates", "crawl", *NAMES, "--db", url, *mirror.urls(), "--api-rate", "50")
+    assert crawled.returncode == 0, crawled.stderr
+    mirror.index.log.clear()
+    mirror.index.rule("/*", stall=0.3)
+    with redis_server() as (port, server):
+        redis_url = f"redis://127.0.0.1:{port}/0"
+        refresh = spawn("crates", "refresh", "--db", url, *mirror.urls(), "--redis-url", redis_url,
+                        "--index-rate", "5")  # fmt: skip
+        try:
+            deadline = time.monotonic() + 60
+            while len(mirror.index.log) < 3:
+                assert refresh.poll() is None, refresh.communicate()
+                assert time.monotonic() < deadline, "no progress"
+                time.sleep(0.05)
+            server.kill()
+            server.wait()
+            _out, err = refresh.communicate(timeout=120)
+        finally:
+            if refresh.poll() is None:
+                refresh.kill()
+                refresh.communicate()
+    assert refresh.returncode == 1, err
+    assert "Traceback" not in err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and f"lost the shared rate limit at {redis_url}" in errors[0], err
+    asked = len(mirror.index.log)
+    assert asked < len(NAMES)  # it stopped asking
+    mirror.index.clear_rules()
+    again = stagecrawl("crates", "refresh", "--db", url, *mirror.urls(), "--index-rate", "100")
+    assert again.returncode == 0, again.stderr
