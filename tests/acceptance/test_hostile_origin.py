@@ -68,10 +68,10 @@ def test_5xx_burst_is_retried(mirror: Mirror, tmp_path: Path) -> None:
 
 def test_failures_go_to_the_ladder_with_their_reason(mirror: Mirror, tmp_path: Path) -> None:
     """Stall, empty body, truncated body, an index file without one readable line, oversize
-    body: each hits one crate; that crate's events climb the ladder with the reason and the
-    others are collected. One invalid JSON line among good ones costs only its own version:
-    the crate's other versions are collected, that event waits on the ladder naming the line,
-    and the summary and JSON report the line."""
+    body, an API answer of the wrong shape: each hits one crate; that crate's events climb the
+    ladder with the reason and the others are collected. One invalid JSON line among good
+    ones costs only its own version: the crate's other versions are collected, that event
+    waits on the ladder naming the line, and the summary and JSON report the line."""
     url = f"sqlite:///{tmp_path / 'd.db'}"
     victims = {
         "tokio": "Timeout",
@@ -79,6 +79,7 @@ def test_failures_go_to_the_ladder_with_their_reason(mirror: Mirror, tmp_path: P
         "libc": "transient",
         "tar": "no readable versions: line 1: not JSON",
         "rand": "larger than",
+        "hyper": "api: API answer is malformed",
     }
     assert stagecrawl("crates", "seed", *NAMES, "--db", url, *mirror.urls()).returncode == 0
     serde_file = mirror.root / "index" / "se" / "rd" / "serde"
@@ -91,6 +92,7 @@ def test_failures_go_to_the_ladder_with_their_reason(mirror: Mirror, tmp_path: P
     mirror.index.rule("/li/bc/libc", truncate=True)
     mirror.index.rule("/3/t/tar", invalid_json=True)
     mirror.api.rule("/api/v1/crates/rand", oversize=3 * 1024 * 1024)
+    mirror.api.rule("/api/v1/crates/hyper", body=b'{"crate": {}, "versions": 5}')
     done = stagecrawl(
         "crates",
         "collect",

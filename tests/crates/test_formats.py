@@ -90,6 +90,7 @@ def test_a_bad_line_is_skipped_and_reported_while_the_good_ones_are_read() -> No
             b"[1, 2]",  # JSON, but not an object
             line("0.7.0", deps=[{"req": "^1"}]).encode(),  # a dependency without a name
             line("0.8.0").encode(),
+            line("0.9.0", deps=[{"name": "b", "features": 5}]).encode(),  # features not a list
         ]
     )
     parsed = parse_index_file(body)
@@ -100,6 +101,7 @@ def test_a_bad_line_is_skipped_and_reported_while_the_good_ones_are_read() -> No
         (5, "0.5.0"),
         (7, None),
         (8, "0.7.0"),
+        (10, "0.9.0"),
     ]
     reasons = [str(p) for p in parsed.problems]
     assert reasons[0].startswith("line 2: not JSON")
@@ -107,6 +109,7 @@ def test_a_bad_line_is_skipped_and_reported_while_the_good_ones_are_read() -> No
     assert reasons[2] == "line 5: lacks the field 'cksum'"
     assert reasons[3].startswith("line 7: not a JSON object")
     assert "dependency has no name" in reasons[4]
+    assert reasons[5] == "line 10: malformed: 'int' object is not iterable"
 
 
 def test_only_newline_ends_a_line() -> None:

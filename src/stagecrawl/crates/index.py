@@ -134,7 +134,7 @@ def _parse_line(line: str) -> IndexVersion:
             raise TypeError("deps is not a list of objects")
         if not all(isinstance(d.get("name"), str) for d in deps):
             raise TypeError("a dependency has no name")
-        return IndexVersion(
+        version = IndexVersion(
             name=_text(entry["name"]),
             vers=_text(vers),
             deps=list(deps),
@@ -145,6 +145,8 @@ def _parse_line(line: str) -> IndexVersion:
             rust_version=entry.get("rust_version"),
             pubtime=entry.get("pubtime"),
         )
+        version.dependencies()  # the stored form must be buildable: a bad dependency is a bad line
+        return version
     except (TypeError, ValueError, AttributeError) as exc:
         raise _BadLine(f"malformed: {exc}", _text_or_none(vers)) from None
 

@@ -181,7 +181,9 @@ class SeedQueue:
         return seeds
 
     async def release(self, units: Sequence[Seed]) -> None:
+        # Given back (a stop, a crash): not asked again in this run, so a crash cannot loop.
         self._held.difference_update(s.crate_name for s in units)
+        self._failed.update(s.crate_name for s in units)
         self.report.released += len(units)
 
     async def is_empty(self) -> bool:
@@ -300,9 +302,13 @@ class Seeder:
             if self.client.limiter_lost is None:
                 self.client.limiter_lost = exc
             return SeedResult(seed, None, seed.state, abandoned=True)
-        except (FetchError, IndexFormatError) as exc:
+        except Exception as exc:  # a fetch failure, a file without one readable line, a bug
+            # (the loop's contract: a unit's failure is its result, never a unit handed out
+            # again and again)
             self.queue._failed.add(seed.crate_name)
-            reason = redact(f"index: {explain(exc)}")  # stored, shown by a later `status`
+            expected = isinstance(exc, FetchError | IndexFormatError)
+            detail = explain(exc) if expected else f"unexpected {type(exc).__name__}: {exc}"
+            reason = redact(f"index: {detail}")  # stored, shown by a later `status`
             log.warning("seeding %s failed: %s", seed.name, reason)
             state = next_failure_state(seed.state)
             return SeedResult(seed, None, state, reason[:2000])

@@ -282,6 +282,9 @@ class CratesQueue:
             summary.crates += 1
 
     async def release(self, units: Sequence[list[Claimed]]) -> None:
+        # A crate given back (a stop, a crash) is not claimed again in this run: a crash must
+        # not turn into a loop of claims.
+        self.failed_crates.update(group[0].crate_name for group in units if group)
         ids = [event.id for group in units for event in group]
         await asyncio.to_thread(release, self.db, self.worker, ids)
         self.summary.released += len(ids)
@@ -414,6 +417,13 @@ class Collector:
             if self.client.limiter_lost is None:
                 self.client.limiter_lost = exc
             return CrateResult(group, CrateWrite(ids, []), abandoned=True)
+        except Exception as exc:
+            # The work loop's contract: a unit's failure is its result. A crate that breaks
+            # something unforeseen climbs the ladder with the reason instead of being handed
+            # out again and again.
+            log.error("collecting %s failed unexpectedly: %r", group[0].name, exc)
+            reason = f"unexpected {type(exc).__name__}: {exc}"
+            return CrateResult(group, CrateWrite(ids, self._failures(group, reason, exc)))
         write = CrateWrite(
             ids,
             outcomes,
