@@ -9,8 +9,10 @@ printable form of a URL.
 
 from __future__ import annotations
 
+import io
 import logging
 import re
+from typing import Any, TextIO
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 MASK = "***"
@@ -74,6 +76,59 @@ def redact(text: str) -> str:
         if secret in text:
             text = text.replace(secret, MASK)
     return text
+
+
+def redact_data(value: Any) -> Any:
+    """`redact` over every string in nested dicts and lists (a document before it is shown:
+    a table may wrap a long value across lines, where the rendered text no longer holds the
+    secret in one piece)."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {k: redact_data(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact_data(v) for v in value]
+    return value
+
+
+class RedactingFormatter(logging.Formatter):
+    """Masks known secrets in the whole formatted record: the message and also a traceback
+    or stack attached to it (which the filter below cannot reach)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record))
+
+
+class RedactingStream(io.TextIOBase):
+    """A text stream that masks known secrets in everything written to `stream` (the real
+    stderr, fixed when made: a progress display that swaps sys.stderr for a proxy writing back
+    through this stream must not make it write to itself)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def _target(self) -> TextIO:
+        return self._stream
+
+    def write(self, text: str) -> int:
+        self._target().write(redact(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self._target().flush()
+
+    def isatty(self) -> bool:
+        return self._target().isatty()
+
+    def fileno(self) -> int:
+        return self._target().fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self._target(), "encoding", None) or "utf-8"
+
+    def writable(self) -> bool:
+        return True
 
 
 class RedactingFilter(logging.Filter):

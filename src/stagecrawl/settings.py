@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from stagecrawl import secrets
 from stagecrawl.errors import ConfigError
+from stagecrawl.secrets import mask_url
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,8 @@ class Setting:
     env: str | None
     flag: str | None
     help: str
-    check: str = ""  # "positive", "at-least-1", "url", "non-negative"
+    # "positive", "at-least-1", "url", "redis-url", "non-negative", "budgets"
+    check: str = ""
     secret: bool = False
 
 
@@ -78,15 +80,24 @@ SETTINGS: tuple[Setting, ...] = (
         "none",
         str,
         "index lane: windows such as 5000/1h (comma-separated), or none",
+        check="budgets",
     ),
     _s(
         "api_budget",
         "600/600s",
         str,
         "API lane: windows (crates.io: about 600 per 10 minutes), or none",
+        check="budgets",
     ),
     _s("concurrency", 8, int, "units (crates, requests) processed at once", check="at-least-1"),
-    _s("redis_url", None, str, "Redis for one rate limit shared by every worker", secret=True),
+    _s(
+        "redis_url",
+        None,
+        str,
+        "Redis for one rate limit shared by every worker",
+        check="redis-url",
+        secret=True,
+    ),
     _s(
         "lease_seconds",
         900.0,
@@ -238,11 +249,14 @@ class Settings:
             else:
                 value, source, where = setting.default, setting.name, "default"
             if value is not None:
+                if setting.secret and "url" not in setting.check:
+                    secrets.register(str(value))  # a token
+                elif setting.secret or setting.check == "url":
+                    # Registered before the check, whose error quotes the value: a URL's
+                    # password (user-info or a query parameter) is masked there too, and so is
+                    # a mirror's basic-auth password in --index-url.
+                    secrets.register_url(str(value))
                 _check(setting, value, source)
-                if setting.secret:
-                    secrets.register_url(str(value)) if "://" in str(value) else secrets.register(
-                        str(value)
-                    )
             values[setting.name] = value
             sources[setting.name] = where
         if values["db"]:
@@ -273,9 +287,28 @@ def _check(setting: Setting, value: Any, source: str) -> None:
     if check == "non-negative" and value < 0:
         raise ConfigError(f"{source} must not be negative, got {value!r}")
     if check == "url":
-        parts = urlsplit(str(value))
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        try:
+            parts = urlsplit(str(value))
+            ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+            parts.port  # noqa: B018 -- a port that is not a number raises here
+        except ValueError:
+            ok = False
+        if not ok:
             raise ConfigError(f"{source} must be an http(s) URL, got {value!r}")
+    if check == "redis-url" and urlsplit(str(value)).scheme not in ("redis", "rediss", "unix"):
+        raise ConfigError(
+            f"{source} must be a redis://, rediss:// or unix:// URL, got {mask_url(str(value))!r}"
+        )
+    if check == "budgets":
+        from stagecrawl.engine.ratelimit import Budget  # the engine's own reading of it
+
+        text = str(value).strip()
+        for part in [] if text.lower() == "none" else text.split(","):
+            if part.strip():
+                try:
+                    Budget.parse(part)
+                except ValueError as exc:
+                    raise ConfigError(f"{source}: {exc}") from None
 
 
 def settings_table() -> str:

@@ -1,5 +1,10 @@
 from __future__ import annotations
 
+import contextlib
+import shutil
+import socket
+import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +18,7 @@ from stagecrawl.storage.db import Database
 from stagecrawl.testing.origin import TestOrigin
 from tests.cli import cli_env, spawn, stagecrawl
 
-__all__ = ["Mirror", "cli_env", "dump", "spawn", "stagecrawl"]
+__all__ = ["Mirror", "cli_env", "dump", "redis_server", "spawn", "stagecrawl"]
 NAMES = sorted(CRATES)
 VOLATILE = {"TIMESTAMP", "LAST_UPDATED", "CLAIMED_BY", "CLAIMED_UNTIL", "CHECKED_AT"}
 
@@ -51,3 +56,38 @@ def dump(url: str) -> dict[str, list[dict[str, Any]]]:
         ]
     db.dispose()
     return result
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextlib.contextmanager
+def redis_server(*options: str) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """A real redis-server of the test's own on a free loopback port (to lose mid-run, or to
+    require a password), stopped at the end."""
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed")
+    port = free_port()
+    server = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no", "--daemonize", "no", *options],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError(f"redis-server did not start on port {port}") from None
+                time.sleep(0.05)
+        yield port, server
+    finally:
+        server.kill()
+        server.wait()

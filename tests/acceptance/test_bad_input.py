@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import subprocess
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.acceptance.conftest import Mirror, dump, stagecrawl
+from tests.services import SHARED
+
+NOWHERE = ["--index-url", "http://127.0.0.1:9/", "--api-url", "http://127.0.0.1:9/"]
 
 
 @contextlib.contextmanager
@@ -102,3 +107,178 @@ def test_full_disk_keeps_what_was_written(mirror: Mirror, tmp_path: Path) -> Non
         for table, rows in before.items():
             kept = [r for r in after[table] if r in rows]
             assert kept == rows, table  # everything written before the disk filled is intact
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--concurrency", "0"], "--concurrency must be at least 1, got 0"),
+        (["--api-rate", "0"], "--api-rate must be greater than 0"),
+        (["--api-rate", "-1"], "--api-rate must be greater than 0"),
+        (["--api-rate", "nan"], "--api-rate must be a finite number, got nan"),
+        (["--index-url", "ftp://x"], "--index-url must be an http(s) URL, got 'ftp://x'"),
+        (["--index-url", "index.crates.io/"], "--index-url must be an http(s) URL"),
+        (["--api-budget", "5/0s"], "--api-budget: a budget needs a limit ≥ 1 and a window > 0"),
+        (["--redis-url", "127.0.0.1:6379"], "--redis-url must be a redis://, rediss:// or unix://"),
+    ],
+)
+def test_bad_options_are_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
+    db = tmp_path / "never.db"
+    done = stagecrawl("crates", "crawl", "serde", "--db", f"sqlite:///{db}", *NOWHERE, *args)
+    assert done.returncode == 2, done.stderr
+    assert message in one_line(done.stderr) and done.stdout == ""
+    assert not db.exists()  # refused before anything was opened
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"STAGECRAWL_API_RATE": "abc"}, "STAGECRAWL_API_RATE must be a number, got 'abc'"),
+        ({"STAGECRAWL_API_BUDGET": "junk"}, "STAGECRAWL_API_BUDGET: a budget is LIMIT/WINDOW"),
+        ({"STAGECRAWL_CONCURRENCY": "many"}, "STAGECRAWL_CONCURRENCY must be a whole number"),
+    ],
+)
+def test_bad_environment_values_are_one_line_and_exit_2(
+    tmp_path: Path, env: dict[str, str], message: str
+) -> None:
+    db = tmp_path / "never.db"
+    done = stagecrawl("crates", "collect", "--db", f"sqlite:///{db}", *NOWHERE, env=env)
+    assert done.returncode == 2 and message in one_line(done.stderr)
+    assert not db.exists()
+
+
+def test_version() -> None:
+    from stagecrawl import __version__
+
+    done = stagecrawl("--version")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"stagecrawl {__version__}" and done.stderr == ""
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["status"],
+        ["status", "--format", "json"],
+        ["crates", "audit", "serde@1.0.0"],
+        ["crates", "licenses", "check", "--allow", "MIT"],
+    ],
+)
+def test_read_only_commands_create_nothing(tmp_path: Path, command: list[str]) -> None:
+    missing = tmp_path / "nonexistent"
+    done = stagecrawl(*command, "--db", f"sqlite:///{missing / 'dir' / 'x.db'}")
+    assert done.returncode == 2, done.stderr
+    assert f"no database at {missing / 'dir' / 'x.db'}" in one_line(done.stderr)
+    assert done.stdout == "" and not missing.exists()
+
+
+def test_an_index_line_that_is_not_utf8_costs_only_its_version(
+    mirror: Mirror, tmp_path: Path
+) -> None:
+    lines = (mirror.root / "index" / "sm" / "al" / "smallvec").read_bytes().split(b"\n")
+    assert json.loads(lines[2])["vers"] == "1.6.0"
+    lines[2] = lines[2].replace(b'"cksum"', b'"cks\xe9um"')  # Latin-1 bytes, not UTF-8
+    at = lines[2].index(b"\xe9") + 1
+    mirror.index.rule("/sm/al/smallvec", body=b"\n".join(lines))
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    done = stagecrawl(
+        "crates", "crawl", "smallvec", "--db", url, *mirror.urls(), "--format", "json"
+    )
+    assert done.returncode == 1, done.stderr  # something was left out: said in the exit code
+    assert "Traceback" not in done.stderr
+    collected = {e["VERSION"] for e in dump(url)["TB_COMP_LIB_VERSION_RUST"]}
+    assert collected == {"0.6.9", "0.6.14", "1.6.1", "1.13.2"}
+    problem = f"line 3: not UTF-8 (byte 0xe9 at byte {at})"
+    assert json.loads(done.stdout)["seed"]["index_problems"] == {"smallvec": [problem]}
+    skipped = [line for line in done.stderr.splitlines() if line.startswith("skipped:")]
+    assert skipped == [f"skipped: smallvec: unreadable index lines: {problem}"]
+
+
+def lock_file(tmp_path: Path, version: int) -> Path:
+    path = tmp_path / "Cargo.lock"
+    path.write_text(
+        f'version = {version}\n\n[[package]]\nname = "serde"\nversion = "1.0.204"\n'
+        'source = "registry+https://github.com/rust-lang/crates.io-index"\n'
+    )
+    return path
+
+
+@pytest.mark.parametrize("command", [["crates", "lock"], ["crates", "audit"]])
+def test_a_lock_file_format_from_the_future_is_refused(tmp_path: Path, command: list[str]) -> None:
+    db = tmp_path / "never.db"
+    path = lock_file(tmp_path, 99)
+    done = stagecrawl(*command, "--lockfile", str(path), "--db", f"sqlite:///{db}")
+    assert done.returncode == 2, done.stderr
+    line = one_line(done.stderr)
+    assert "Cargo.lock format version 99 is not one stagecrawl reads" in line and str(path) in line
+    assert not db.exists()
+
+
+def test_pinned_only_needs_nothing_but_the_lock_file(tmp_path: Path) -> None:
+    lock = SHARED / "fixtures" / "rhwp" / "latest-main-0.7.19plus" / "Cargo.lock"
+    if not lock.exists():
+        pytest.skip("../shared fixtures not beside the project")
+    document = tomllib.loads(lock.read_text())
+    assert len(document["package"]) == 196
+    expected = {
+        (p["name"], p["version"])
+        for p in document["package"]
+        if p.get("source") == "registry+https://github.com/rust-lang/crates.io-index"
+    }
+    assert len(expected) == 194
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    done = stagecrawl(
+        "crates", "lock", "--lockfile", str(lock), "--pinned-only", "--db", url, *NOWHERE
+    )  # no --contact: not one request is made
+    assert done.returncode == 0, done.stderr
+    rows = dump(url)["TB_COMP_LIB_RUST_LIST"]
+    assert {(r["NAME"], r["VERSION"]) for r in rows} == expected and len(rows) == 194
+    assert {r["SOURCE"] for r in rows} == {"lock"} and {r["PROCESSED"] for r in rows} == {0}
+
+
+def test_seeds_the_index_refused_wait_on_the_seed_ladder(mirror: Mirror, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    first = stagecrawl("crates", "crawl", "serde", "tokio", "--db", url, *NOWHERE)
+    assert first.returncode == 1 and "Traceback" not in first.stderr
+    status = stagecrawl("status", "--db", url, "--format", "json")
+    assert status.returncode == 0, status.stderr
+    ladder = json.loads(status.stdout)["crates"]["seed_ladder"]
+    assert [(s["crate"], s["state"]) for s in ladder] == [("serde", 30), ("tokio", 30)]
+    assert all("cannot reach 127.0.0.1:9" in s["reason"] for s in ladder)
+    table = stagecrawl("status", "--db", url)
+    assert "seed ladder: serde" in table.stderr and "seed ladder: tokio" in table.stderr
+    again = stagecrawl("crates", "collect", "--db", url, *mirror.urls())  # no names: the ladder
+    assert again.returncode == 0, again.stderr
+    versions = {(v["NAME"], v["VERSION"]) for v in dump(url)["TB_COMP_LIB_VERSION_RUST"]}
+    assert {name for name, _ in versions} == {"serde", "tokio"} and len(versions) == 5
+    after = json.loads(stagecrawl("status", "--db", url, "--format", "json").stdout)
+    assert after["crates"]["seed_ladder"] == []
+
+
+def test_redis_unreachable_at_the_start(mirror: Mirror, tmp_path: Path) -> None:
+    db = tmp_path / "never.db"
+    done = stagecrawl(
+        "crates", "crawl", "serde", "--db", f"sqlite:///{db}", *mirror.urls(),
+        "--redis-url", "redis://user:SECRET-r3dis@127.0.0.1:1/0",
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    line = one_line(done.stderr)
+    assert "cannot reach Redis at redis://user:***@127.0.0.1:1/0" in line
+    assert "SECRET-r3dis" not in done.stderr + done.stdout
+    assert not db.exists() and not mirror.index.log  # nothing opened, nothing asked
+
+
+def test_the_readme_main_job_offline_says_why(tmp_path: Path) -> None:
+    """`stagecrawl crates crawl quick-xml --contact you@example.org` without a network: a
+    whole line naming the crate and the reason, exit 1 (an unreachable loopback port stands
+    in for the missing network; this test never leaves the machine)."""
+    done = stagecrawl(
+        "crates", "crawl", "quick-xml", "--contact", "you@example.org", *NOWHERE, cwd=tmp_path
+    )
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    failed = [line for line in done.stderr.splitlines() if line.startswith("failed:")]
+    assert len(failed) == 1, done.stderr
+    assert failed[0].startswith("failed: quick-xml: index: cannot reach 127.0.0.1:9: ")
+    assert "Connect call failed" in failed[0]
+    assert "http://127.0.0.1:9/qu/ic/quick-xml" in failed[0]  # the whole reason, one line

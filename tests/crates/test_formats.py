@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import json
 
 import pytest
 
-from stagecrawl.crates.index import IndexFormatError, parse_index_file
+from stagecrawl.crates.index import IndexFormatError, IndexProblem, parse_index_file
 from stagecrawl.crates.names import event_id, identity_key, index_path, spelling_variants
 from stagecrawl.crates.semver import Version, latest_version, sort_key
 from stagecrawl.errors import InputError
+from tests.services import SHARED
 
-SHARED_INDEX = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "crates-index"
+SHARED_INDEX = SHARED / "fixtures" / "crates-index"
 
 
 @pytest.mark.parametrize(
@@ -71,12 +72,60 @@ def test_latest_version_prefers_non_yanked_stable() -> None:
     assert latest_version([("1.0.0", True), ("0.9.0", True)]) == "1.0.0"
 
 
-def test_a_malformed_line_is_named() -> None:
-    good = '{"name":"a","vers":"0.1.0","deps":[],"cksum":"00","features":{},"yanked":false}'
-    with pytest.raises(IndexFormatError, match="line 2 is not JSON"):
-        parse_index_file(good + "\n{oops\n")
-    with pytest.raises(IndexFormatError, match="line 1 lacks a field"):
+def line(vers: str, **extra: object) -> str:
+    entry = {"name": "a", "vers": vers, "deps": [], "cksum": "00", "features": {}, "yanked": False}
+    return json.dumps({**entry, **extra})
+
+
+def test_a_bad_line_is_skipped_and_reported_while_the_good_ones_are_read() -> None:
+    bad_utf8 = line("0.4.0", description="x").encode().replace(b'"x"', b'"\xff\xfe"')
+    body = b"\n".join(
+        [
+            line("0.1.0").encode(),
+            b'{"name":"a","vers":"0.2.0","deps":[',  # cut short: not JSON
+            line("0.3.0").encode(),
+            bad_utf8,
+            b'{"name":"a","vers":"0.5.0"}',  # lacks fields
+            b"",
+            b"[1, 2]",  # JSON, but not an object
+            line("0.7.0", deps=[{"req": "^1"}]).encode(),  # a dependency without a name
+            line("0.8.0").encode(),
+            line("0.9.0", deps=[{"name": "b", "features": 5}]).encode(),  # features not a list
+        ]
+    )
+    parsed = parse_index_file(body)
+    assert [v.vers for v in parsed.versions] == ["0.1.0", "0.3.0", "0.8.0"]
+    assert [(p.line, p.version) for p in parsed.problems] == [
+        (2, "0.2.0"),
+        (4, "0.4.0"),
+        (5, "0.5.0"),
+        (7, None),
+        (8, "0.7.0"),
+        (10, "0.9.0"),
+    ]
+    reasons = [str(p) for p in parsed.problems]
+    assert reasons[0].startswith("line 2: not JSON")
+    assert reasons[1].startswith("line 4: not UTF-8 (byte 0xff")
+    assert reasons[2] == "line 5: lacks the field 'cksum'"
+    assert reasons[3].startswith("line 7: not a JSON object")
+    assert "dependency has no name" in reasons[4]
+    assert reasons[5] == "line 10: malformed: 'int' object is not iterable"
+
+
+def test_only_newline_ends_a_line() -> None:
+    # U+2028 may appear raw inside a JSON string (serde_json does not escape it).
+    parsed = parse_index_file(line("1.0.0", description="a\u2028b").replace("\\u2028", "\u2028"))
+    assert [v.vers for v in parsed.versions] == ["1.0.0"] and parsed.problems == []
+
+
+def test_a_file_without_one_readable_version_is_an_error() -> None:
+    with pytest.raises(IndexFormatError, match="no readable versions: line 1: not JSON"):
+        parse_index_file('{"truncated": [1, 2')
+    with pytest.raises(IndexFormatError, match="line 1: lacks the field"):
         parse_index_file('{"name":"a"}\n')
+    with pytest.raises(IndexFormatError, match="no readable versions"):
+        parse_index_file(b"\n\n")
+    assert str(IndexProblem(3, "not JSON: x", None)) == "line 3: not JSON: x"
 
 
 @pytest.mark.skipif(not SHARED_INDEX.exists(), reason="../shared fixtures not beside the project")
@@ -85,13 +134,30 @@ def test_real_index_files_parse_completely() -> None:
     assert len(files) >= 15
     for path in files:
         body = path.read_bytes()
-        versions = parse_index_file(body)
+        parsed = parse_index_file(body)
+        assert parsed.problems == [], path  # every line of the real files is read
+        versions = parsed.versions
         assert len(versions) == len([line for line in body.splitlines() if line.strip()])
         assert index_path(versions[0].name) == str(path.relative_to(SHARED_INDEX))
         for version in versions:
             for dep in version.dependencies():
                 assert dep["kind"] in {"normal", "dev", "build"}
-    libz = parse_index_file((SHARED_INDEX / "li" / "bz" / "libz-sys").read_bytes())
+    libz = parse_index_file((SHARED_INDEX / "li" / "bz" / "libz-sys").read_bytes()).versions
     assert any(v.links == "z" for v in libz)
-    serde = parse_index_file((SHARED_INDEX / "se" / "rd" / "serde").read_bytes())
+    serde = parse_index_file((SHARED_INDEX / "se" / "rd" / "serde").read_bytes()).versions
     assert any(v.yanked for v in serde)
+
+
+@pytest.mark.skipif(not SHARED_INDEX.exists(), reason="../shared fixtures not beside the project")
+def test_one_damaged_line_of_a_real_file_costs_only_that_version() -> None:
+    body = (SHARED_INDEX / "se" / "rd" / "serde").read_bytes()
+    lines = body.split(b"\n")
+    whole = [json.loads(raw)["vers"] for raw in lines if raw.strip()]  # read independently
+    damaged = list(lines)
+    damaged[9] = damaged[9].replace(b'"cksum"', b'"cks\xc3\x28um"')  # an invalid UTF-8 pair
+    damaged[20] = damaged[20][: len(damaged[20]) // 2]  # cut in the middle
+    parsed = parse_index_file(b"\n".join(damaged))
+    assert [v.vers for v in parsed.versions] == [v for i, v in enumerate(whole) if i not in (9, 20)]
+    assert [(p.line, p.version) for p in parsed.problems] == [(10, whole[9]), (21, whole[20])]
+    assert parsed.problems[0].reason.startswith("not UTF-8")
+    assert parsed.problems[1].reason.startswith("not JSON")

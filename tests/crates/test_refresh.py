@@ -111,3 +111,36 @@ def test_unchanged_crates_cost_one_304_each_and_changes_only_what_changed(
         assert untouched == [
             p for p in before[2] if p["PRODUCT_KEY"] not in ("steady-000", "steady-001")
         ]
+
+
+def test_a_changed_file_with_a_bad_line_registers_its_readable_versions(tmp_path: Path) -> None:
+    root = tmp_path / "reg"
+    for name in ("alpha", "beta"):
+        write_index(root, name, [index_line(name, "1.0.0")])
+        api = root / "api" / "api" / "v1" / "crates" / name
+        api.parent.mkdir(parents=True, exist_ok=True)
+        api.write_text(json.dumps({"crate": {"name": name}, "versions": []}))
+    with TestOrigin(root / "index") as index, TestOrigin(root / "api") as api_origin:
+        db = f"sqlite:///{tmp_path / 'r.db'}"
+        urls = ["--index-url", index.url + "/", "--api-url", api_origin.url + "/", "--db", db]
+        assert stagecrawl("crates", "crawl", "alpha", "beta", *urls).returncode == 0
+        before = dump(db)
+        cut = index_line("alpha", "1.3.0")[:30]  # not JSON: cut short
+        write_index(
+            root, "alpha", [index_line("alpha", "1.0.0"), index_line("alpha", "1.2.0"), cut]
+        )
+        write_index(root, "beta", ["{oops", "[]"])  # not one readable line
+        done = stagecrawl("crates", "refresh", *urls, "--format", "json")
+        assert done.returncode == 1, done.stderr  # problems reported: said in the exit code
+        assert "Traceback" not in done.stderr
+        report = json.loads(done.stdout)["refresh"]
+        assert report["changed"] == ["alpha"]
+        problem = "line 3: not JSON: Expecting ',' delimiter at column 31"
+        assert report["index_problems"] == {"alpha": [problem]}
+        assert f"skipped: alpha: unreadable index lines: {problem}" in done.stderr
+        assert report["failed"]["beta"].startswith("index file has no readable versions")
+        after = dump(db)
+        events = {(e["NAME"], e["VERSION"]): e["PROCESSED"] for e in after[0]}
+        assert events == {("alpha", "1.0.0"): 1, ("alpha", "1.2.0"): 1, ("beta", "1.0.0"): 1}
+        beta = [[r for r in table if "beta" in str(r.values())] for table in after]
+        assert beta == [[r for r in table if "beta" in str(r.values())] for table in before]

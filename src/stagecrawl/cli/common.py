@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Callable, Coroutine, Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import Annotated, Any, NoReturn, TextIO, TypeVar, cast
 
 import typer
 from rich.console import Console
@@ -35,13 +35,15 @@ from stagecrawl.errors import (
     StagecrawlError,
     StorageError,
 )
-from stagecrawl.secrets import redact
+from stagecrawl.secrets import RedactingFilter, RedactingFormatter, RedactingStream, redact
 from stagecrawl.settings import BY_NAME, Settings
 
 T = TypeVar("T")
 EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
 
-console = Console(stderr=True)  # progress, logs, summaries, errors
+# Progress, logs, summaries, errors; every secret the run was given is masked on the way out,
+# whatever printed it (a table cell quoting a driver's error included).
+console = Console(file=cast(TextIO, RedactingStream(sys.stderr)))
 state: dict[str, Any] = {"quiet": False, "verbose": False}
 
 
@@ -132,7 +134,7 @@ def guarded(body: Callable[[], T]) -> T:
         raise
     except Exception as exc:  # a bug: still one line, the traceback only when asked for
         if state["verbose"]:
-            traceback.print_exc()
+            sys.stderr.write(redact(traceback.format_exc()))
         raise fail(
             f"internal error ({type(exc).__name__}: {exc}); run with -v for the traceback",
             EXIT_PARTIAL,
@@ -179,7 +181,8 @@ def progress(title: str, fmt: Format = Format.table) -> ProgressReporter:
 def emit(fmt: Format, document: Mapping[str, Any], tables: Callable[[], None]) -> None:
     """The command's result: one JSON document on stdout, or tables for people on stderr."""
     if fmt is Format.json:
-        sys.stdout.write(json.dumps(document, indent=2, sort_keys=False, default=str) + "\n")
+        text = json.dumps(document, indent=2, sort_keys=False, default=str)
+        sys.stdout.write(redact(text) + "\n")
         sys.stdout.flush()
     else:
         tables()
@@ -196,12 +199,12 @@ def exit_code(problems: bool, interrupted: bool, stop: GracefulStop) -> int:
 
 
 def setup_logging(verbose: bool, quiet: bool) -> None:
-    from stagecrawl.secrets import RedactingFilter
-
     level = logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    # The formatter masks the whole line, a traceback attached to it included.
+    handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.addFilter(RedactingFilter())
+    logging.captureWarnings(True)  # a library's warning may quote a URL: through the mask too
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

@@ -129,6 +129,9 @@ def _ai_client(s: Settings, fetcher: Fetcher) -> AiLicenseClient | None:
     return AiLicenseClient(fetcher, s.ai_license_url)
 
 
+MAX_REASON_LINES = 20  # per kind; `stagecrawl status` lists every event on a ladder
+
+
 def render_collect(report: pipeline.CollectReport, fmt: Format) -> None:
     def tables() -> None:
         seed = report.seed
@@ -140,9 +143,8 @@ def render_collect(report: pipeline.CollectReport, fmt: Format) -> None:
                 "merged events": seed.counts.merged,
                 "requeued (resync)": seed.counts.requeued,
                 "not in the index": ", ".join(sorted(seed.not_found)) or 0,
+                "on the seed ladder (failed)": len(seed.failed),
             }
-            for name, reason in sorted(seed.failed.items()):
-                rows[f"on the seed ladder: {name}"] = reason
             show("seed", rows)
         summary = report.collect
         if summary is not None:
@@ -154,14 +156,15 @@ def render_collect(report: pipeline.CollectReport, fmt: Format) -> None:
                 "yanked (collected, flagged)": summary.yanked,
                 "failed (on the retry ladder)": summary.failed,
             }
-            for name, reason in sorted(summary.failures.items())[:10]:
-                rows[f"  failed: {name}"] = reason
             if summary.lost_leases:
                 rows["crates lost to another worker"] = summary.lost_leases
             if summary.interrupted:
                 rows["returned to the queue"] = summary.released
         else:
             rows = {}
+        problems = _index_problems(report)
+        if problems:
+            rows["index lines skipped (unreadable)"] = sum(map(len, problems.values()))
         for lane, count in sorted(report.requests.items()):
             rows[f"requests ({lane} lane)"] = count
         rows["429s seen"] = sum(report.rate_limited.values())
@@ -173,6 +176,53 @@ def render_collect(report: pipeline.CollectReport, fmt: Format) -> None:
         show("collect" if summary is not None else "seed traffic", rows)
 
     emit(fmt, report.as_json(), tables)
+    print_reasons(report)
+
+
+def _index_problems(report: pipeline.CollectReport) -> dict[str, list[str]]:
+    problems: dict[str, list[str]] = {}
+    if report.seed is not None:
+        problems.update(report.seed.index_problems)
+    if report.collect is not None:
+        problems.update(report.collect.index_problems)
+    return problems
+
+
+def print_reasons(report: pipeline.CollectReport) -> None:
+    """Why something failed, one whole line per crate on stderr (never a wrapped table cell),
+    in either format: what a user reads first when the exit code is not 0."""
+    lines: list[tuple[str, str]] = []
+    seed = report.seed
+    if seed is not None:
+        lines += [
+            ("failed", f"{name}: {reason} (on the seed ladder: the next crawl or collect retries)")
+            for name, reason in sorted(seed.failed.items())
+        ][:MAX_REASON_LINES]
+        if len(seed.failed) > MAX_REASON_LINES:
+            lines.append(("failed", f"… and {len(seed.failed) - MAX_REASON_LINES} more seeds"))
+    summary = report.collect
+    if summary is not None:
+        lines += [
+            ("failed", f"{name}: {reason} (on the retry ladder)")
+            for name, reason in sorted(summary.failures.items())
+        ][:MAX_REASON_LINES]
+        if len(summary.failures) > MAX_REASON_LINES:
+            left = len(summary.failures) - MAX_REASON_LINES
+            lines.append(("failed", f"… and {left} more (stagecrawl status lists them)"))
+    for crate, problems in sorted(_index_problems(report).items())[:MAX_REASON_LINES]:
+        more = f" (+{len(problems) - 10} more)" if len(problems) > 10 else ""
+        shown = "; ".join(problems[:10])
+        lines.append(("skipped", f"{crate}: unreadable index lines: {shown}{more}"))
+    for kind, line in lines:
+        colour = "bold red" if kind == "failed" else "yellow"
+        console.print(f"[{colour}]{kind}:[/] {escape(line)}", highlight=False, soft_wrap=True)
+
+
+async def _check_limiter(fetcher: Fetcher) -> None:
+    """A shared rate limit that cannot be reached at the start is a configuration error (one
+    line, exit 2, the URL's password masked), found before anything is opened or asked."""
+    if isinstance(fetcher.limiter, RedisLimiter):
+        await fetcher.limiter.check()
 
 
 async def _crawl(
@@ -185,10 +235,9 @@ async def _crawl(
     skip_existing: bool,
 ) -> int:
     config = CratesConfig.from_settings(s)
-    database = Database(s.db)
     async with config.make_fetcher() as fetcher:
-        if isinstance(fetcher.limiter, RedisLimiter):
-            await fetcher.limiter.check()
+        await _check_limiter(fetcher)
+        database = Database(s.db)  # after every check: a refused start creates nothing
         client = CratesClient(fetcher, config.index_url, config.api_url)
         ai = _ai_client(s, fetcher)
         with progress("collecting", fmt) as bar:
@@ -229,8 +278,9 @@ def seed_command(
 
     async def body(stop: GracefulStop) -> int:
         config = CratesConfig.from_settings(s)
-        database = Database(s.db)
         async with config.make_fetcher() as fetcher:
+            await _check_limiter(fetcher)
+            database = Database(s.db)
             client = CratesClient(fetcher, config.index_url, config.api_url)
             with progress("seeding", fmt) as bar:
                 report = await pipeline.seed(
@@ -338,8 +388,10 @@ def lock_command(
     s = guarded(lambda: settings_from(options))
 
     async def body(stop: GracefulStop) -> int:
-        config = CratesConfig.from_settings(s)
         cache = Path(s.cache_dir)
+        if lockfile is not None:  # a bad lock file is refused before anything else is asked
+            await pipeline.lock_inputs(None, [], None, False, lockfile, label, cache, stop)
+        config = CratesConfig.from_settings(s)
         inputs = await pipeline.lock_inputs(
             repo, tag or [], tags_matching, all_tags, lockfile, label, cache, stop
         )
@@ -371,6 +423,15 @@ def render_lock(report: pipeline.LockReport, fmt: Format) -> None:
             console.print(
                 f"[bold red]failed:[/] {escape(r.error or '')}", highlight=False, soft_wrap=True
             )
+        for r in report.tags:
+            for name, reason in sorted((r.index_failed or {}).items())[:MAX_REASON_LINES]:
+                line = (
+                    f"{r.label}: {name}: {reason} (its pinned versions are registered;"
+                    " collect asks the index again)"
+                )
+                console.print(
+                    f"[yellow]index failed:[/] {escape(line)}", highlight=False, soft_wrap=True
+                )
         document = report.as_json()
         show(
             "lock totals",
@@ -409,13 +470,15 @@ def refresh_command(
 
     async def body(stop: GracefulStop) -> int:
         config = CratesConfig.from_settings(s)
-        database = Database(s.db)
         async with config.make_fetcher() as fetcher:
+            await _check_limiter(fetcher)
+            database = Database(s.db)
             checked = await refresh(
                 database, fetcher, config.index_url, wanted, stop, grace_period=s.grace_period
             )
             document: dict[str, object] = {"refresh": checked.as_json()}
-            code = exit_code(bool(checked.failed or checked.gone), checked.interrupted, stop)
+            trouble = checked.failed or checked.gone or checked.index_problems
+            code = exit_code(bool(trouble), checked.interrupted, stop)
             collected = None
             if collect and checked.new_events and not stop.requested:
                 client = CratesClient(fetcher, config.index_url, config.api_url)
@@ -436,8 +499,10 @@ def refresh_command(
                 "yanked flags changed": checked.yanked_changes,
                 "gone from the index": ", ".join(checked.gone) or 0,
             }
-            for name, reason in checked.failed.items():
-                rows[f"failed: {name}"] = reason
+            rows["failed"] = len(checked.failed)
+            if checked.index_problems:
+                lines = sum(map(len, checked.index_problems.values()))
+                rows["index lines skipped (unreadable)"] = lines
             if checked.interrupted:
                 rows["not checked (interrupted)"] = checked.not_checked
             show("refresh", rows)
@@ -445,6 +510,14 @@ def refresh_command(
                 render_collect(collected, Format.table)
 
         emit(fmt, document, tables)
+        for name, reason in sorted(checked.failed.items()):
+            line = f"{name}: {reason}"
+            console.print(f"[bold red]failed:[/] {escape(line)}", highlight=False, soft_wrap=True)
+        for name, problems in sorted(checked.index_problems.items()):
+            line = f"{name}: unreadable index lines: {'; '.join(problems[:10])}"
+            console.print(f"[yellow]skipped:[/] {escape(line)}", highlight=False, soft_wrap=True)
+        if collected is not None and fmt is Format.json:
+            print_reasons(collected)
         return code
 
     run(body, s.grace_period)

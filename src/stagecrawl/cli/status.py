@@ -27,6 +27,7 @@ from stagecrawl.engine.frontier import STATE_NAMES as FRONTIER_STATES
 from stagecrawl.engine.progress import summary_table
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.errors import StorageError
+from stagecrawl.secrets import redact_data
 from stagecrawl.storage.db import Database
 
 
@@ -160,6 +161,7 @@ def status(
             document["crates"] = crates_status(Database(s.db, read_only=True))
         if aircraft is not None:
             document["aircraft"] = aircraft_status(aircraft)
+        document = redact_data(document)  # a stored reason may quote a secret
         emit(fmt, document, lambda: _tables(document))
         return 0
 

@@ -46,8 +46,17 @@ def parse_time(value: Any) -> datetime | None:
 
 
 def parse_api_crate(document: Any) -> ApiCrate:
+    """The API's view of a crate; an answer of another shape raises ValueError (so the crate
+    goes to the retry ladder with the reason, like any failed request)."""
     if not isinstance(document, dict) or not isinstance(document.get("crate"), dict):
         raise ValueError("API answer has no 'crate' object")
+    try:
+        return _parse_api_crate(document)
+    except (TypeError, KeyError, AttributeError) as exc:
+        raise ValueError(f"API answer is malformed ({type(exc).__name__}: {exc})") from None
+
+
+def _parse_api_crate(document: dict[str, Any]) -> ApiCrate:
     crate = document["crate"]
     keywords = [
         k["keyword"] if isinstance(k, dict) else str(k)

@@ -5,18 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from stagecrawl.crates.api import ApiCrate, parse_api_crate
-from stagecrawl.crates.index import IndexVersion, parse_index_file
+from stagecrawl.crates.index import IndexProblem, IndexVersion, parse_index_file
 from stagecrawl.crates.names import identity_key, index_path, spelling_variants
-from stagecrawl.engine.fetcher import Fetcher, Validators
-from stagecrawl.errors import NotFound
+from stagecrawl.engine.fetcher import Fetcher, FetchResult, Validators
+from stagecrawl.engine.ratelimit import origin_of
+from stagecrawl.errors import LimiterUnavailable, NotFound, TransientError
 
 T = TypeVar("T")
+log = logging.getLogger("stagecrawl.crates")
 
 
 class RunCache(Generic[T]):
@@ -46,9 +49,59 @@ class RunCache(Generic[T]):
 @dataclass(frozen=True)
 class IndexEntry:
     real_name: str
-    versions: list[IndexVersion]
+    versions: list[IndexVersion]  # the readable lines
     validators: Validators
     sha256: str
+    problems: tuple[IndexProblem, ...] = ()  # lines skipped as unreadable
+
+    def problem_lines(self) -> list[str]:
+        return [str(p) for p in self.problems]
+
+    def unreadable_reason(self, version: str) -> str | None:
+        """Why a version absent from the readable lines may still be in the index: its own
+        line is unreadable, or some line is whose version cannot be made out (then "not
+        found" would be a guess). None when every bad line is known to be another version."""
+        for problem in self.problems:
+            if problem.version == version:
+                return f"index line {problem.line} unreadable: {problem.reason}"
+        unknown = [str(p.line) for p in self.problems if p.version is None]
+        if unknown:
+            lines = ", ".join(unknown[:5]) + (" …" if len(unknown) > 5 else "")
+            return f"not in the readable index; index line(s) {lines} unreadable"
+        return None
+
+
+def index_entry(content: bytes, validators: Validators) -> IndexEntry:
+    """An index file as the pipeline keeps it; its unreadable lines are logged (one warning
+    per crate) and carried in `problems`. Raises IndexFormatError when no line is readable."""
+    parsed = parse_index_file(content)
+    real = parsed.versions[-1].name
+    if parsed.problems:
+        shown = "; ".join(str(p) for p in parsed.problems[:5])
+        more = f" (+{len(parsed.problems) - 5} more)" if len(parsed.problems) > 5 else ""
+        log.warning(
+            "index of %s: %d unreadable line(s) skipped, the other %d versions used: %s%s",
+            real,
+            len(parsed.problems),
+            len(parsed.versions),
+            shown,
+            more,
+        )
+    digest = hashlib.sha256(content).hexdigest()
+    return IndexEntry(real, parsed.versions, validators, digest, tuple(parsed.problems))
+
+
+def explain(exc: Exception) -> str:
+    """A failure as the user should read it: an origin that cannot be reached at all says so
+    first (`cannot reach index.crates.io: ClientConnectorDNSError: …`), with the whole reason."""
+    unreachable = isinstance(exc, TransientError) and (
+        exc.last_status is None
+        and exc.reason.startswith(("ClientConnector", "ClientProxyConnection"))
+    )
+    if not isinstance(exc, TransientError) or not unreachable:
+        return str(exc)
+    host = origin_of(exc.url).split("://", 1)[-1]
+    return f"cannot reach {host}: {exc.reason} (after {exc.attempts} attempt(s)): {exc.url}"
 
 
 class CratesClient:
@@ -60,6 +113,9 @@ class CratesClient:
         self._api: RunCache[ApiCrate | None] = RunCache()
         self.index_requests = 0
         self.api_requests = 0
+        # The shared rate limit (Redis) went away: every phase using this client stops taking
+        # work and the command ends with this error (they check it before each claim).
+        self.limiter_lost: LimiterUnavailable | None = None
 
     async def index(self, name: str) -> IndexEntry:
         """The crate's index file under its real spelling; tries separator variants of a name
@@ -72,13 +128,11 @@ class CratesClient:
         for variant in spelling_variants(name):
             self.index_requests += 1
             try:
-                result = await self.fetcher.get(self.index_url + index_path(variant))
+                result = await self._get(self.index_url + index_path(variant))
             except NotFound as exc:
                 last = exc
                 continue
-            versions = parse_index_file(result.content)
-            digest = hashlib.sha256(result.content).hexdigest()
-            return IndexEntry(versions[-1].name, versions, result.validators, digest)
+            return index_entry(result.content, result.validators)
         assert last is not None
         raise last
 
@@ -89,7 +143,15 @@ class CratesClient:
     async def _fetch_api(self, real_name: str) -> ApiCrate | None:
         self.api_requests += 1
         try:
-            result = await self.fetcher.get(f"{self.api_url}api/v1/crates/{real_name}")
+            result = await self._get(f"{self.api_url}api/v1/crates/{real_name}")
         except NotFound:
             return None
         return parse_api_crate(result.json())
+
+    async def _get(self, url: str) -> FetchResult:
+        try:
+            return await self.fetcher.get(url)
+        except LimiterUnavailable as exc:
+            if self.limiter_lost is None:
+                self.limiter_lost = exc
+            raise

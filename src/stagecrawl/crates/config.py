@@ -72,10 +72,21 @@ class CratesConfig:
         return config
 
     def validate(self) -> None:
-        for label, url in (("--index-url", self.index_url), ("--api-url", self.api_url)):
+        lanes = (
+            ("--index-url", self.index_url, "STAGECRAWL_INDEX_TOKEN", self.index_token),
+            ("--api-url", self.api_url, "STAGECRAWL_API_TOKEN", self.api_token),
+        )
+        for label, url, token_name, token in lanes:
             parts = urlsplit(url)
             if parts.scheme not in ("http", "https") or not parts.hostname:
-                raise ConfigError(f"{label} must be an http(s) URL, got {url!r}")
+                raise ConfigError(f"{label} must be an http(s) URL, got {mask_url(url)!r}")
+            if token and (parts.username or parts.password):
+                # Both would be an Authorization header: say so, rather than let every
+                # request fail.
+                raise ConfigError(
+                    f"{label} carries credentials ({mask_url(url)}) and {token_name} is set:"
+                    " use one of them"
+                )
         if not (self.api_rate > 0 and self.index_rate > 0):
             raise ConfigError("rates must be positive")
         if self.api_burst < 1 or self.index_burst < 1:

@@ -9,12 +9,14 @@ dependency is renamed (then `name` is the rename and `package` the real crate).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
 
 class IndexFormatError(ValueError):
-    """An index file line is not the documented JSON object."""
+    """An index file has not one readable line (bad lines among good ones are reported in
+    `ParsedIndex.problems` instead)."""
 
 
 @dataclass(frozen=True)
@@ -49,38 +51,113 @@ class IndexVersion:
         return result
 
 
-def parse_index_file(body: bytes | str, expected_key: str | None = None) -> list[IndexVersion]:
-    """Parse a whole index file; a malformed line raises IndexFormatError naming the line."""
-    text = body.decode("utf-8") if isinstance(body, bytes) else body
+@dataclass(frozen=True)
+class IndexProblem:
+    """One line of an index file that could not be read, skipped while the rest is used."""
+
+    line: int  # 1-based, as an editor shows it
+    reason: str
+    version: str | None  # the version the line is about, when it can still be made out
+
+    def __str__(self) -> str:
+        return f"line {self.line}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class ParsedIndex:
+    versions: list[IndexVersion]  # the readable lines, in file order
+    problems: list[IndexProblem]  # the unreadable ones
+
+
+# A bad line's version, made out of its raw text: enough to tell the user which event it was
+# (its own event then waits on the retry ladder instead of being called "not found").
+_VERS = re.compile(r'"vers"\s*:\s*"([0-9A-Za-z.+-]{1,64})"')
+
+
+def parse_index_file(body: bytes | str, expected_key: str | None = None) -> ParsedIndex:
+    """Parse a whole index file line by line. A line that is not UTF-8, not JSON, or lacks a
+    field is skipped and reported (its number and why) while the other lines are used; a
+    file without a single readable version raises IndexFormatError naming the problems."""
+    data = body.encode("utf-8", errors="surrogatepass") if isinstance(body, str) else body
     versions: list[IndexVersion] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    problems: list[IndexProblem] = []
+    # Decoded line by line, and only \n ends a line (a raw U+2028 inside a JSON string does
+    # not): one bad byte costs its own line, not the file.
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            readable = raw.decode("utf-8", errors="replace")
+            reason = f"not UTF-8 (byte 0x{raw[exc.start]:02x} at byte {exc.start + 1})"
+            problems.append(IndexProblem(number, reason, _version_in(readable)))
+            continue
         if not line.strip():
             continue
         try:
-            entry = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise IndexFormatError(f"index line {number} is not JSON: {exc.msg}") from None
-        try:
-            features = dict(entry.get("features") or {})
-            features.update(entry.get("features2") or {})
-            versions.append(
-                IndexVersion(
-                    name=_text(entry["name"]),
-                    vers=_text(entry["vers"]),
-                    deps=list(entry.get("deps") or []),
-                    cksum=_text(entry["cksum"]),
-                    features=features,
-                    yanked=bool(entry.get("yanked", False)),
-                    links=entry.get("links"),
-                    rust_version=entry.get("rust_version"),
-                    pubtime=entry.get("pubtime"),
-                )
-            )
-        except (KeyError, TypeError, AttributeError) as exc:
-            raise IndexFormatError(f"index line {number} lacks a field: {exc}") from None
+            versions.append(_parse_line(line))
+        except _BadLine as exc:
+            problems.append(IndexProblem(number, exc.reason, exc.version))
     if not versions:
-        raise IndexFormatError("index file has no versions")
-    return versions
+        detail = "; ".join(str(p) for p in problems[:3])
+        more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise IndexFormatError(
+            "index file has no readable versions" + (f": {detail}{more}" if detail else "")
+        )
+    return ParsedIndex(versions, problems)
+
+
+class _BadLine(Exception):
+    def __init__(self, reason: str, version: str | None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.version = version
+
+
+def _parse_line(line: str) -> IndexVersion:
+    try:
+        entry = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise _BadLine(f"not JSON: {exc.msg} at column {exc.colno}", _version_in(line)) from None
+    if not isinstance(entry, dict):
+        raise _BadLine(f"not a JSON object but {type(entry).__name__}", None)
+    vers = entry.get("vers")
+    missing = [key for key in ("name", "vers", "cksum") if key not in entry]
+    if missing:
+        fields = ", ".join(repr(key) for key in missing)
+        noun = "the field" if len(missing) == 1 else "the fields"
+        raise _BadLine(f"lacks {noun} {fields}", _text_or_none(vers))
+    try:
+        features = dict(entry.get("features") or {})
+        features.update(entry.get("features2") or {})
+        deps = entry.get("deps") or []
+        if not isinstance(deps, list) or not all(isinstance(d, dict) for d in deps):
+            raise TypeError("deps is not a list of objects")
+        if not all(isinstance(d.get("name"), str) for d in deps):
+            raise TypeError("a dependency has no name")
+        version = IndexVersion(
+            name=_text(entry["name"]),
+            vers=_text(vers),
+            deps=list(deps),
+            cksum=_text(entry["cksum"]),
+            features=features,
+            yanked=bool(entry.get("yanked", False)),
+            links=entry.get("links"),
+            rust_version=entry.get("rust_version"),
+            pubtime=entry.get("pubtime"),
+        )
+        version.dependencies()  # the stored form must be buildable: a bad dependency is a bad line
+        return version
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise _BadLine(f"malformed: {exc}", _text_or_none(vers)) from None
+
+
+def _version_in(text: str) -> str | None:
+    found = _VERS.search(text)
+    return found.group(1) if found else None
+
+
+def _text_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def _text(value: object) -> str:

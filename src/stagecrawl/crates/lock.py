@@ -21,8 +21,9 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from stagecrawl.crates.client import CratesClient
+from stagecrawl.crates.client import CratesClient, explain
 from stagecrawl.crates.config import DEFAULT_INDEX_URL
+from stagecrawl.crates.index import IndexFormatError
 from stagecrawl.crates.queue import NewEvent, register
 from stagecrawl.engine.commands import CommandResult, CommandTimeout, run_command
 from stagecrawl.engine.shutdown import GracefulStop, Interrupted
@@ -283,20 +284,25 @@ async def register_lock(
         except NotFound:
             missing.append(name)
             continue
-        except FetchError as exc:
+        except (FetchError, IndexFormatError) as exc:
             # Not lost: its pins are registered, and collect asks the index again.
-            failed[name] = str(exc)
+            failed[name] = explain(exc)
             events += [
                 NewEvent(name, vers, "lock", False, report.kind, (report.label,))
                 for vers in sorted(versions)
             ]
             continue
         yanked = {v.vers: v.yanked for v in entry.versions}
+        # A pin the readable lines do not list but that may sit on an unreadable line is
+        # registered all the same; collect then says which line it waits on.
+        listed = list(yanked) + sorted(
+            v for v in versions - set(yanked) if entry.unreadable_reason(v) is not None
+        )
         events += [
             NewEvent(
                 entry.real_name, vers, "lock", yanked.get(vers, False), report.kind, (report.label,)
             )
-            for vers in [v.vers for v in entry.versions]
+            for vers in listed
         ]
     counts = await asyncio.to_thread(register, db, events)
     report.new_events = counts.new

@@ -58,7 +58,7 @@ class CollectReport:
     def problems(self) -> bool:
         seed = self.seed is not None and self.seed.problems
         collect = self.collect is not None and bool(
-            self.collect.failed or self.collect.outcomes[NOT_FOUND]
+            self.collect.failed or self.collect.outcomes[NOT_FOUND] or self.collect.index_problems
         )
         return seed or collect
 
@@ -76,6 +76,7 @@ class CollectReport:
                 "yanked": c.yanked,
                 "failed": c.failed,
                 "failures": dict(sorted(c.failures.items())),
+                "index_problems": dict(sorted(c.index_problems.items())),
                 "lost_leases": c.lost_leases,
                 "released": c.released,
                 "interrupted": c.interrupted,
@@ -154,7 +155,27 @@ async def collect(
     )
     # Two phases side by side, each on its own work loop; the collector waits for the seeder
     # (more_coming) before it decides the queue is finished.
-    seed_report, summary = await asyncio.gather(seeder.run(), collector.run())
+    seeding = asyncio.ensure_future(seeder.run())
+    collecting = asyncio.ensure_future(collector.run())
+    both = {seeding, collecting}
+    try:
+        await asyncio.wait(both, return_when=asyncio.FIRST_EXCEPTION)
+        if client.limiter_lost is not None:
+            # Both phases stop taking work once the shared limit is gone: let the other give
+            # back what it holds (bounded), then report the loss.
+            await asyncio.wait(both, timeout=settings.grace_period + 2.0)
+    finally:
+        for task in both:  # one phase failed (or this run was cancelled): the other ends too
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(*both, return_exceptions=True)
+    if client.limiter_lost is not None:
+        raise client.limiter_lost
+    for task in (seeding, collecting):
+        error = None if task.cancelled() else task.exception()
+        if error is not None:
+            raise error
+    seed_report, summary = seeding.result(), collecting.result()
     report = CollectReport(seed=seed_report, collect=summary)
     _traffic(report, client, ai)
     return report

@@ -16,8 +16,8 @@ from typing import Any
 
 from sqlalchemy import bindparam, select, update
 
-from stagecrawl.crates.client import IndexEntry
-from stagecrawl.crates.index import IndexFormatError, parse_index_file
+from stagecrawl.crates.client import IndexEntry, explain, index_entry
+from stagecrawl.crates.index import IndexFormatError
 from stagecrawl.crates.names import index_path, product_key
 from stagecrawl.crates.queue import NewEvent, register, utcnow
 from stagecrawl.crates.rows import LANGUAGE, REPOSITORY, index_state_row
@@ -25,7 +25,7 @@ from stagecrawl.crates.semver import latest_version
 from stagecrawl.engine.fetcher import Fetcher, Validators
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.engine.work import LoopSettings, MemoryQueue, WorkLoop
-from stagecrawl.errors import FetchError, NotFound
+from stagecrawl.errors import FetchError, LimiterUnavailable, NotFound
 from stagecrawl.storage.db import Database, upsert
 
 
@@ -39,6 +39,8 @@ class RefreshReport:
     yanked_changes: int = 0
     gone: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
+    # crate -> its changed index file's unreadable lines, skipped (the readable ones are used)
+    index_problems: dict[str, list[str]] = field(default_factory=dict)
     interrupted: bool = False
     not_checked: int = 0  # left when a stop came; the next refresh asks them
 
@@ -52,6 +54,7 @@ class RefreshReport:
             "yanked_changes": self.yanked_changes,
             "gone": sorted(self.gone),
             "failed": dict(sorted(self.failed.items())),
+            "index_problems": dict(sorted(self.index_problems.items())),
             "interrupted": self.interrupted,
             "not_checked": self.not_checked,
         }
@@ -78,34 +81,42 @@ async def refresh(
     """Ask the index about every known crate (or `names`), on the work loop."""
     report = RefreshReport()
     base = index_url.rstrip("/") + "/"
+    lost: list[LimiterUnavailable] = []  # the shared rate limit went away: ask nothing more
 
     async def check(state: dict[str, Any]) -> IndexEntry | None:
+        if lost:
+            return None  # not checked: the next refresh asks it
         validators = Validators(state["ETAG"], state["LAST_MODIFIED"])
         try:
             result = await fetcher.get(
                 base + index_path(state["NAME"]), lane="index", validators=validators
             )
+        except LimiterUnavailable as exc:
+            lost.append(exc)
+            return None
         except NotFound:
+            report.checked += 1
             report.gone.append(state["NAME"])
             return None
         except FetchError as exc:
-            report.failed[state["NAME"]] = str(exc)
-            return None
-        finally:
             report.checked += 1
+            report.failed[state["NAME"]] = explain(exc)
+            return None
+        report.checked += 1
         if result.not_modified:
             report.not_modified += 1
             return None
-        digest = hashlib.sha256(result.content).hexdigest()
-        if digest == state["CONTENT_SHA256"]:
+        if hashlib.sha256(result.content).hexdigest() == state["CONTENT_SHA256"]:
             report.unchanged_body += 1
             return None
         try:
-            versions = parse_index_file(result.content)
+            entry = index_entry(result.content, result.validators)
         except IndexFormatError as exc:
             report.failed[state["NAME"]] = str(exc)
             return None
-        return IndexEntry(versions[-1].name, versions, result.validators, digest)
+        if entry.problems:
+            report.index_problems[entry.real_name] = entry.problem_lines()
+        return entry
 
     def commit(entries: Sequence[IndexEntry | None]) -> None:
         for entry in entries:
@@ -117,6 +128,8 @@ async def refresh(
     settings = LoopSettings(concurrency=concurrency, grace_period=grace_period)
     loop = WorkLoop(queue, check, settings, stop)
     stats = await loop.run()
+    if lost:
+        raise lost[0]  # what was checked before is written; the rest waits for the next run
     report.interrupted = stats.interrupted
     report.not_checked = queue.released + len(known) - stats.claimed
     report.changed.sort()

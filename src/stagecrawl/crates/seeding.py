@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import bindparam, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
-from stagecrawl.crates.client import CratesClient, IndexEntry
+from stagecrawl.crates.client import CratesClient, IndexEntry, explain
 from stagecrawl.crates.index import IndexFormatError
 from stagecrawl.crates.names import identity_key, validate_name
 from stagecrawl.crates.queue import (
@@ -38,7 +38,8 @@ from stagecrawl.crates.queue import (
 )
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.engine.work import LoopSettings, LoopStats, WorkLoop
-from stagecrawl.errors import FetchError, NotFound
+from stagecrawl.errors import FetchError, LimiterUnavailable, NotFound
+from stagecrawl.secrets import redact
 from stagecrawl.storage.db import Database
 
 log = logging.getLogger("stagecrawl.seed")
@@ -59,6 +60,7 @@ class SeedResult:
     entry: IndexEntry | None
     state: int
     error: str | None = None
+    abandoned: bool = False  # not asked (the shared rate limit went away): stays queued
 
 
 @dataclass
@@ -68,12 +70,14 @@ class SeedReport:
     not_found: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)  # on the seed ladder, with the reason
     gave_up: list[str] = field(default_factory=list)
+    # crate -> its index file's unreadable lines, skipped (the readable ones are registered)
+    index_problems: dict[str, list[str]] = field(default_factory=dict)
     released: int = 0
     interrupted: bool = False
 
     @property
     def problems(self) -> bool:
-        return bool(self.not_found or self.failed or self.gave_up)
+        return bool(self.not_found or self.failed or self.gave_up or self.index_problems)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -85,6 +89,7 @@ class SeedReport:
             "not_found": sorted(self.not_found),
             "failed": dict(sorted(self.failed.items())),
             "gave_up": sorted(self.gave_up),
+            "index_problems": dict(sorted(self.index_problems.items())),
             "interrupted": self.interrupted,
         }
 
@@ -151,6 +156,7 @@ class SeedQueue:
         self.db = db
         self.report = report
         self.resync_all = resync_all
+        self.halted: Callable[[], bool] = lambda: False  # stop claiming: the run must end
         self._held: set[str] = set()
         self._failed: set[str] = set()  # failed in this run: their next try is the next run
         self.registered = 0  # new LIST events, for a collector running alongside
@@ -168,22 +174,30 @@ class SeedQueue:
         return [Seed(str(r[0]).lower(), r[1], int(r[2]), bool(r[3])) for r in rows]
 
     async def claim(self, limit: int) -> list[Seed]:
+        if self.halted():
+            return []
         seeds = await asyncio.to_thread(self._claimable, limit)
         self._held.update(s.crate_name for s in seeds)
         return seeds
 
     async def release(self, units: Sequence[Seed]) -> None:
+        # Given back (a stop, a crash): not asked again in this run, so a crash cannot loop.
         self._held.difference_update(s.crate_name for s in units)
+        self._failed.update(s.crate_name for s in units)
         self.report.released += len(units)
 
     async def is_empty(self) -> bool:
         return not await asyncio.to_thread(self._claimable, 1)
 
     async def is_finished(self) -> bool:
+        if self.halted():
+            return True
         return not self._held and await self.is_empty()
 
     async def complete(self, results: Sequence[SeedResult]) -> None:
-        await asyncio.to_thread(self._complete, results)
+        asked = [r for r in results if not r.abandoned]  # the others stay pending, untouched
+        if asked:
+            await asyncio.to_thread(self._complete, asked)
         for result in results:
             self._held.discard(result.seed.crate_name)
 
@@ -232,6 +246,8 @@ class SeedQueue:
         for r in results:
             if r.entry is not None:
                 report.crates[r.entry.real_name] = len(r.entry.versions)
+                if r.entry.problems:
+                    report.index_problems[r.entry.real_name] = r.entry.problem_lines()
             elif r.state == NOT_FOUND:
                 report.not_found.append(r.seed.name)
             elif r.state == GAVE_UP:
@@ -257,6 +273,7 @@ class Seeder:
         self.report = SeedReport()
         self.client = client
         self.queue = SeedQueue(db, self.report, resync_all)
+        self.queue.halted = lambda: client.limiter_lost is not None
         self.loop = WorkLoop(
             self.queue,
             self._process,
@@ -272,6 +289,8 @@ class Seeder:
             self.report.interrupted = stats.interrupted
         finally:
             self.finished.set()
+        if self.client.limiter_lost is not None:
+            raise self.client.limiter_lost  # the names not asked stay queued for the next run
         return self.report
 
     async def _process(self, seed: Seed) -> SeedResult:
@@ -279,9 +298,18 @@ class Seeder:
             entry = await self.client.index(seed.name)
         except NotFound:
             return SeedResult(seed, None, NOT_FOUND, "not in the index")
-        except (FetchError, IndexFormatError) as exc:
+        except LimiterUnavailable as exc:
+            if self.client.limiter_lost is None:
+                self.client.limiter_lost = exc
+            return SeedResult(seed, None, seed.state, abandoned=True)
+        except Exception as exc:  # a fetch failure, a file without one readable line, a bug
+            # (the loop's contract: a unit's failure is its result, never a unit handed out
+            # again and again)
             self.queue._failed.add(seed.crate_name)
-            log.warning("seeding %s failed: %s", seed.name, exc)
+            expected = isinstance(exc, FetchError | IndexFormatError)
+            detail = explain(exc) if expected else f"unexpected {type(exc).__name__}: {exc}"
+            reason = redact(f"index: {detail}")  # stored, shown by a later `status`
+            log.warning("seeding %s failed: %s", seed.name, reason)
             state = next_failure_state(seed.state)
-            return SeedResult(seed, None, state, f"index: {exc}"[:2000])
+            return SeedResult(seed, None, state, reason[:2000])
         return SeedResult(seed, entry, SEEDED)

@@ -24,7 +24,7 @@ from typing import Any
 
 from sqlalchemy import delete, func, literal, select, update
 
-from stagecrawl.crates.client import CratesClient
+from stagecrawl.crates.client import CratesClient, IndexEntry, explain
 from stagecrawl.crates.index import IndexFormatError
 from stagecrawl.crates.licenses import AiLicenseClient, LicenseMatcher
 from stagecrawl.crates.names import product_key
@@ -56,7 +56,8 @@ from stagecrawl.engine.filelock import exclusive
 from stagecrawl.engine.progress import ProgressReporter
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.engine.work import LoopSettings, LoopStats, WorkLoop
-from stagecrawl.errors import FetchError, NotFound, RateLimited
+from stagecrawl.errors import FetchError, LimiterUnavailable, NotFound, RateLimited
+from stagecrawl.secrets import redact
 from stagecrawl.storage.db import Database
 
 __all__ = [
@@ -123,6 +124,8 @@ class CollectSummary:
     errors: Counter[str] = field(default_factory=Counter)
     wall_seconds: float = 0.0
     failures: dict[str, str] = field(default_factory=dict)  # crate -> last reason (this run)
+    # crate -> its index file's unreadable lines ("line 3: not JSON: …"), skipped this run
+    index_problems: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def failed(self) -> int:
@@ -133,6 +136,7 @@ class CollectSummary:
 class CrateResult:
     group: list[Claimed]
     write: CrateWrite
+    abandoned: bool = False  # not processed (the shared rate limit went away): give it back
 
 
 class CratesQueue:
@@ -153,6 +157,7 @@ class CratesQueue:
         self.more_coming = more_coming
         self.failed_crates: set[str] = set()  # failed in this run: the next try is the next run
         self.claimed_events = 0
+        self.halted: Callable[[], bool] = lambda: False  # stop claiming: the run must end
         self._heartbeat: asyncio.Task[None] | None = None
         self._requests: Callable[[], int] = lambda: 0
 
@@ -233,6 +238,8 @@ class CratesQueue:
 
     # -- the work-loop contract --------------------------------------------------------------
     async def claim(self, limit: int) -> list[list[Claimed]]:
+        if self.halted():
+            return []
         max_events: int | None = None
         if self.settings.limit is not None:
             max_events = self.settings.limit - self.claimed_events
@@ -254,6 +261,12 @@ class CratesQueue:
         return list(groups.values())
 
     async def complete(self, results: Sequence[CrateResult]) -> None:
+        abandoned = [r for r in results if r.abandoned]
+        if abandoned:
+            await self.release([r.group for r in abandoned])
+            results = [r for r in results if not r.abandoned]
+        if not results:
+            return
         kept = await asyncio.to_thread(
             write_crates, self.db, self.worker, [r.write for r in results]
         )
@@ -269,6 +282,9 @@ class CratesQueue:
             summary.crates += 1
 
     async def release(self, units: Sequence[list[Claimed]]) -> None:
+        # A crate given back (a stop, a crash) is not claimed again in this run: a crash must
+        # not turn into a loop of claims.
+        self.failed_crates.update(group[0].crate_name for group in units if group)
         ids = [event.id for group in units for event in group]
         await asyncio.to_thread(release, self.db, self.worker, ids)
         self.summary.released += len(ids)
@@ -288,6 +304,8 @@ class CratesQueue:
         return await asyncio.to_thread(self.pending_count) == 0
 
     async def is_finished(self) -> bool:
+        if self.halted():
+            return True
         if self.more_coming():
             return False  # seeding is still registering events
         if self.settings.limit is not None and self.claimed_events >= self.settings.limit:
@@ -322,6 +340,7 @@ class Collector:
         self.summary = CollectSummary()
         self.stop = stop or GracefulStop("crates in progress")
         self.queue = CratesQueue(db, self.worker, self.settings, self.summary, more_coming)
+        self.queue.halted = lambda: client.limiter_lost is not None
         s = self.settings
         self.loop = WorkLoop(
             self.queue,
@@ -364,7 +383,11 @@ class Collector:
             try:
                 stats = await self.loop.run()
             finally:
-                await self.queue.close()
+                await self.queue.close()  # every lease still held goes back now
+        if self.client.limiter_lost is not None:
+            # Pacing blind would break the shared rate: the worker stops, its crates went back
+            # to the queue, and the command says why (one line, exit 1).
+            raise self.client.limiter_lost
         self.summary.interrupted = stats.interrupted
         self.summary.wall_seconds = stats.wall_seconds
         return self.summary
@@ -387,7 +410,20 @@ class Collector:
 
     async def _process(self, group: list[Claimed]) -> CrateResult:
         ids = [e.id for e in group]
-        outcomes, versions, product = await self._collect(group)
+        try:
+            outcomes, versions, product = await self._collect(group)
+        except LimiterUnavailable as exc:
+            # Not this crate's fault: it goes back untouched, and no other crate is claimed.
+            if self.client.limiter_lost is None:
+                self.client.limiter_lost = exc
+            return CrateResult(group, CrateWrite(ids, []), abandoned=True)
+        except Exception as exc:
+            # The work loop's contract: a unit's failure is its result. A crate that breaks
+            # something unforeseen climbs the ladder with the reason instead of being handed
+            # out again and again.
+            log.error("collecting %s failed unexpectedly: %r", group[0].name, exc)
+            reason = f"unexpected {type(exc).__name__}: {exc}"
+            return CrateResult(group, CrateWrite(ids, self._failures(group, reason, exc)))
         write = CrateWrite(
             ids,
             outcomes,
@@ -419,11 +455,11 @@ class Collector:
                 None,
             )
         except (FetchError, IndexFormatError) as exc:
-            return outcomes + self._failures(todo, f"index: {exc}", exc), [], None
+            return outcomes + self._failures(todo, f"index: {explain(exc)}", exc), [], None
         try:
             api = await self.client.api(entry.real_name)
         except (FetchError, ValueError) as exc:
-            return outcomes + self._failures(todo, f"api: {exc}", exc), [], None
+            return outcomes + self._failures(todo, f"api: {explain(exc)}", exc), [], None
         now = utcnow()
         by_version = {v.vers: v for v in entry.versions}
         ai_ids: dict[str, str | None] = {}
@@ -431,17 +467,39 @@ class Collector:
             for text in {v.license for v in api.versions.values() if v.license}:
                 ai_ids[text] = await self.ai.classify(text)
         versions: list[dict[str, Any]] = []
+        unreadable: list[Claimed] = []
         for event in todo:
             found = by_version.get(event.version)
-            if found is None:
+            if found is not None:
+                row = version_row(entry.real_name, found, api, now, self.licenses, ai_ids)
+                versions.append(row)
+                outcomes.append(Outcome(event, COLLECTED, yanked=found.yanked))
+            elif entry.unreadable_reason(event.version) is not None:
+                unreadable.append(event)
+            else:
                 outcomes.append(Outcome(event, NOT_FOUND, error="version not in the index"))
-                continue
-            versions.append(version_row(entry.real_name, found, api, now, self.licenses, ai_ids))
-            outcomes.append(Outcome(event, COLLECTED, yanked=found.yanked))
+        if entry.problems:
+            self.summary.index_problems[entry.real_name] = entry.problem_lines()
+        if unreadable:
+            outcomes += self._index_line_failures(entry, unreadable)
         return outcomes, versions, (product_row(entry, api, now), index_state_row(entry, now))
+
+    def _index_line_failures(self, entry: IndexEntry, events: list[Claimed]) -> list[Outcome]:
+        """Events whose version may be on an unreadable index line: not found is not known, so
+        they climb the retry ladder with the line and its reason (a fixed index collects them
+        on a later run), and the crate is not retried in this run."""
+        self.queue.failed_crates.add(events[0].crate_name)
+        self.summary.errors["index_line"] += 1
+        outcomes = []
+        for event in events:
+            reason = entry.unreadable_reason(event.version) or ""
+            self.summary.failures[f"{event.name}@{event.version}"] = reason[:300]
+            outcomes.append(Outcome(event, next_failure_state(event.processed), error=reason))
+        return outcomes
 
     def _failures(self, events: list[Claimed], reason: str, exc: Exception) -> list[Outcome]:
         kind = getattr(exc, "kind", "format")
+        reason = redact(reason)  # stored and shown later, maybe where the secret is not known
         self.summary.errors[kind] += 1
         crate = events[0].crate_name
         self.queue.failed_crates.add(crate)  # before the write frees the events: no retry now
