@@ -16,7 +16,7 @@ from stagecrawl.crates.index import IndexProblem, IndexVersion, parse_index_file
 from stagecrawl.crates.names import identity_key, index_path, spelling_variants
 from stagecrawl.engine.fetcher import Fetcher, FetchResult, Validators
 from stagecrawl.engine.ratelimit import origin_of
-from stagecrawl.errors import LimiterUnavailable, NotFound, TransientError
+from stagecrawl.errors import NotFound, TransientError
 
 T = TypeVar("T")
 log = logging.getLogger("stagecrawl.crates")
@@ -113,9 +113,6 @@ class CratesClient:
         self._api: RunCache[ApiCrate | None] = RunCache()
         self.index_requests = 0
         self.api_requests = 0
-        # The shared rate limit (Redis) went away: every phase using this client stops taking
-        # work and the command ends with this error (they check it before each claim).
-        self.limiter_lost: LimiterUnavailable | None = None
 
     async def index(self, name: str) -> IndexEntry:
         """The crate's index file under its real spelling; tries separator variants of a name
@@ -149,9 +146,4 @@ class CratesClient:
         return parse_api_crate(result.json())
 
     async def _get(self, url: str) -> FetchResult:
-        try:
-            return await self.fetcher.get(url)
-        except LimiterUnavailable as exc:
-            if self.limiter_lost is None:
-                self.limiter_lost = exc
-            raise
+        return await self.fetcher.get(url)

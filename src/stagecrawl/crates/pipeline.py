@@ -160,17 +160,11 @@ async def collect(
     both = {seeding, collecting}
     try:
         await asyncio.wait(both, return_when=asyncio.FIRST_EXCEPTION)
-        if client.limiter_lost is not None:
-            # Both phases stop taking work once the shared limit is gone: let the other give
-            # back what it holds (bounded), then report the loss.
-            await asyncio.wait(both, timeout=settings.grace_period + 2.0)
     finally:
         for task in both:  # one phase failed (or this run was cancelled): the other ends too
             if not task.done():
                 task.cancel()
         await asyncio.gather(*both, return_exceptions=True)
-    if client.limiter_lost is not None:
-        raise client.limiter_lost
     for task in (seeding, collecting):
         error = None if task.cancelled() else task.exception()
         if error is not None:

@@ -25,7 +25,7 @@ from stagecrawl.crates.semver import latest_version
 from stagecrawl.engine.fetcher import Fetcher, Validators
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.engine.work import LoopSettings, MemoryQueue, WorkLoop
-from stagecrawl.errors import FetchError, LimiterUnavailable, NotFound
+from stagecrawl.errors import FetchError, NotFound
 from stagecrawl.storage.db import Database, upsert
 
 
@@ -81,19 +81,13 @@ async def refresh(
     """Ask the index about every known crate (or `names`), on the work loop."""
     report = RefreshReport()
     base = index_url.rstrip("/") + "/"
-    lost: list[LimiterUnavailable] = []  # the shared rate limit went away: ask nothing more
 
     async def check(state: dict[str, Any]) -> IndexEntry | None:
-        if lost:
-            return None  # not checked: the next refresh asks it
         validators = Validators(state["ETAG"], state["LAST_MODIFIED"])
         try:
             result = await fetcher.get(
                 base + index_path(state["NAME"]), lane="index", validators=validators
             )
-        except LimiterUnavailable as exc:
-            lost.append(exc)
-            return None
         except NotFound:
             report.checked += 1
             report.gone.append(state["NAME"])
@@ -128,8 +122,6 @@ async def refresh(
     settings = LoopSettings(concurrency=concurrency, grace_period=grace_period)
     loop = WorkLoop(queue, check, settings, stop)
     stats = await loop.run()
-    if lost:
-        raise lost[0]  # what was checked before is written; the rest waits for the next run
     report.interrupted = stats.interrupted
     report.not_checked = queue.released + len(known) - stats.claimed
     report.changed.sort()

@@ -60,7 +60,6 @@ class SeedResult:
     entry: IndexEntry | None
     state: int
     error: str | None = None
-    abandoned: bool = False  # not asked (the shared rate limit went away): stays queued
 
 
 @dataclass
@@ -156,7 +155,6 @@ class SeedQueue:
         self.db = db
         self.report = report
         self.resync_all = resync_all
-        self.halted: Callable[[], bool] = lambda: False  # stop claiming: the run must end
         self._held: set[str] = set()
         self._failed: set[str] = set()  # failed in this run: their next try is the next run
         self.registered = 0  # new LIST events, for a collector running alongside
@@ -174,8 +172,6 @@ class SeedQueue:
         return [Seed(str(r[0]).lower(), r[1], int(r[2]), bool(r[3])) for r in rows]
 
     async def claim(self, limit: int) -> list[Seed]:
-        if self.halted():
-            return []
         seeds = await asyncio.to_thread(self._claimable, limit)
         self._held.update(s.crate_name for s in seeds)
         return seeds
@@ -190,14 +186,10 @@ class SeedQueue:
         return not await asyncio.to_thread(self._claimable, 1)
 
     async def is_finished(self) -> bool:
-        if self.halted():
-            return True
         return not self._held and await self.is_empty()
 
     async def complete(self, results: Sequence[SeedResult]) -> None:
-        asked = [r for r in results if not r.abandoned]  # the others stay pending, untouched
-        if asked:
-            await asyncio.to_thread(self._complete, asked)
+        await asyncio.to_thread(self._complete, results)
         for result in results:
             self._held.discard(result.seed.crate_name)
 
@@ -273,7 +265,6 @@ class Seeder:
         self.report = SeedReport()
         self.client = client
         self.queue = SeedQueue(db, self.report, resync_all)
-        self.queue.halted = lambda: client.limiter_lost is not None
         self.loop = WorkLoop(
             self.queue,
             self._process,
@@ -289,8 +280,6 @@ class Seeder:
             self.report.interrupted = stats.interrupted
         finally:
             self.finished.set()
-        if self.client.limiter_lost is not None:
-            raise self.client.limiter_lost  # the names not asked stay queued for the next run
         return self.report
 
     async def _process(self, seed: Seed) -> SeedResult:
@@ -298,10 +287,8 @@ class Seeder:
             entry = await self.client.index(seed.name)
         except NotFound:
             return SeedResult(seed, None, NOT_FOUND, "not in the index")
-        except LimiterUnavailable as exc:
-            if self.client.limiter_lost is None:
-                self.client.limiter_lost = exc
-            return SeedResult(seed, None, seed.state, abandoned=True)
+        except LimiterUnavailable:
+            raise  # ends the run; the names not asked stay queued for the next one
         except Exception as exc:  # a fetch failure, a file without one readable line, a bug
             # (the loop's contract: a unit's failure is its result, never a unit handed out
             # again and again)

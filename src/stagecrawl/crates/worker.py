@@ -136,7 +136,6 @@ class CollectSummary:
 class CrateResult:
     group: list[Claimed]
     write: CrateWrite
-    abandoned: bool = False  # not processed (the shared rate limit went away): give it back
 
 
 class CratesQueue:
@@ -157,7 +156,6 @@ class CratesQueue:
         self.more_coming = more_coming
         self.failed_crates: set[str] = set()  # failed in this run: the next try is the next run
         self.claimed_events = 0
-        self.halted: Callable[[], bool] = lambda: False  # stop claiming: the run must end
         self._heartbeat: asyncio.Task[None] | None = None
         self._requests: Callable[[], int] = lambda: 0
 
@@ -238,8 +236,6 @@ class CratesQueue:
 
     # -- the work-loop contract --------------------------------------------------------------
     async def claim(self, limit: int) -> list[list[Claimed]]:
-        if self.halted():
-            return []
         max_events: int | None = None
         if self.settings.limit is not None:
             max_events = self.settings.limit - self.claimed_events
@@ -261,12 +257,6 @@ class CratesQueue:
         return list(groups.values())
 
     async def complete(self, results: Sequence[CrateResult]) -> None:
-        abandoned = [r for r in results if r.abandoned]
-        if abandoned:
-            await self.release([r.group for r in abandoned])
-            results = [r for r in results if not r.abandoned]
-        if not results:
-            return
         kept = await asyncio.to_thread(
             write_crates, self.db, self.worker, [r.write for r in results]
         )
@@ -304,8 +294,6 @@ class CratesQueue:
         return await asyncio.to_thread(self.pending_count) == 0
 
     async def is_finished(self) -> bool:
-        if self.halted():
-            return True
         if self.more_coming():
             return False  # seeding is still registering events
         if self.settings.limit is not None and self.claimed_events >= self.settings.limit:
@@ -340,7 +328,6 @@ class Collector:
         self.summary = CollectSummary()
         self.stop = stop or GracefulStop("crates in progress")
         self.queue = CratesQueue(db, self.worker, self.settings, self.summary, more_coming)
-        self.queue.halted = lambda: client.limiter_lost is not None
         s = self.settings
         self.loop = WorkLoop(
             self.queue,
@@ -384,10 +371,6 @@ class Collector:
                 stats = await self.loop.run()
             finally:
                 await self.queue.close()  # every lease still held goes back now
-        if self.client.limiter_lost is not None:
-            # Pacing blind would break the shared rate: the worker stops, its crates went back
-            # to the queue, and the command says why (one line, exit 1).
-            raise self.client.limiter_lost
         self.summary.interrupted = stats.interrupted
         self.summary.wall_seconds = stats.wall_seconds
         return self.summary
@@ -412,11 +395,10 @@ class Collector:
         ids = [e.id for e in group]
         try:
             outcomes, versions, product = await self._collect(group)
-        except LimiterUnavailable as exc:
-            # Not this crate's fault: it goes back untouched, and no other crate is claimed.
-            if self.client.limiter_lost is None:
-                self.client.limiter_lost = exc
-            return CrateResult(group, CrateWrite(ids, []), abandoned=True)
+        except LimiterUnavailable:
+            # Pacing blind would break the shared rate: this ends the run (the work loop gives
+            # every crate it holds back, and the command says why in one line, exit 1).
+            raise
         except Exception as exc:
             # The work loop's contract: a unit's failure is its result. A crate that breaks
             # something unforeseen climbs the ladder with the reason instead of being handed

@@ -41,6 +41,7 @@ from stagecrawl.errors import (
     BodyTooLarge,
     ConfigError,
     EmptyBody,
+    FetchError,
     HttpError,
     NotFound,
     RateLimited,
@@ -250,6 +251,10 @@ class Fetcher:
                 raise RateLimited(
                     url=request.url, attempts=attempts, retry_after=exc.seconds
                 ) from None
+            except ValueError as exc:
+                # aiohttp refusing the request itself (e.g. credentials in the URL and a token):
+                # no retry will change that, and it must not escape as a bare ValueError.
+                raise FetchError(f"request refused: {exc}", url=request.url) from None
             except (aiohttp.ClientError, TimeoutError) as exc:
                 # connection errors, timeouts, the deadline, truncated bodies, dropped connections
                 reason = type(exc).__name__ if str(exc) == "" else f"{type(exc).__name__}: {exc}"

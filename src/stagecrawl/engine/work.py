@@ -114,6 +114,8 @@ class WorkLoop(Generic[U, R]):
         self._outstanding = 0  # claimed and neither committed nor released
         self._in_worker: dict[int, U] = {}
         self._committer_task: asyncio.Task[None]
+        self._failure: BaseException | None = None  # what `process` raised: it ends the run
+        self._failed = asyncio.Event()
 
     def wake(self) -> None:
         """New work may be claimable (another producer registered some): claim now rather
@@ -128,13 +130,16 @@ class WorkLoop(Generic[U, R]):
         try:
             await self._feed()
         finally:
-            # A committer that failed (the database went away) ends the run: what is held is
-            # given back and its error is raised below.
-            failed = self._committer_task.done()
+            # A committer that failed (the database went away) or a unit whose processing
+            # raised (a bug, or the shared rate limit lost) ends the run: what is held is given
+            # back, what finished is committed, and the error is raised below.
+            failed = self._committer_task.done() or self._failure is not None
             await self._wind_down(workers, abort=failed)
             self._workers_done = True
             self._arrived.set()
             await self._committer_task
+        if self._failure is not None:
+            raise self._failure
         self.stats.interrupted = self.stop.requested
         self.stats.wall_seconds = time.monotonic() - started
         return self.stats
@@ -142,17 +147,17 @@ class WorkLoop(Generic[U, R]):
     async def _feed(self) -> None:
         settings = self.settings
         capacity = settings.concurrency + (settings.claim_ahead or settings.concurrency)
-        while not self.stop.requested and not self._committer_task.done():
+        while not self.stop.requested and not self._committer_task.done() and self._failure is None:
             room = capacity - self._outstanding
             if room > 0:
                 units = await self.queue.claim(room)
-                if units and not self.stop.requested:
+                if units and not self.stop.requested and self._failure is None:
                     self._outstanding += len(units)
                     self.stats.claimed += len(units)
                     for unit in units:
                         self._todo.put_nowait(unit)
                     continue
-                if units:  # a stop came while claiming: straight back
+                if units:  # a stop (or a failure) came while claiming: straight back
                     await self.queue.release(list(units))
                     return
             if self._outstanding == 0 and await self.queue.is_finished():
@@ -163,6 +168,7 @@ class WorkLoop(Generic[U, R]):
             waiters = {
                 asyncio.ensure_future(self._committed.wait()),
                 asyncio.ensure_future(self.stop.event.wait()),
+                asyncio.ensure_future(self._failed.wait()),
             }
             await asyncio.wait(
                 {*waiters, self._committer_task},
@@ -209,12 +215,17 @@ class WorkLoop(Generic[U, R]):
                 result = await self.process(unit)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # a bug in one unit must not stop the others
-                log.error("processing failed unexpectedly, unit given back: %r", exc)
+            except Exception as exc:
+                # `process` turns every failure it expects into a result; anything else is a
+                # bug or a lost shared resource, and ends the run rather than handing the same
+                # unit out again and again.
                 self.stats.crashed += 1
                 self._in_worker.pop(number, None)
                 await self._release([unit])
-                continue
+                if self._failure is None:
+                    self._failure = exc
+                    self._failed.set()
+                return
             self._in_worker.pop(number, None)
             self._results.append(result)
             self._arrived.set()

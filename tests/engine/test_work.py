@@ -1,0 +1,94 @@
+"""The one work loop, against an in-memory queue that records what the loop asked of it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+
+from stagecrawl.engine.shutdown import GracefulStop
+from stagecrawl.engine.work import LoopSettings, WorkLoop
+
+
+class RecordingQueue:
+    """Hands out 0..n-1 once; records completes (as batches) and releases."""
+
+    def __init__(self, n: int) -> None:
+        self.todo = list(range(n))
+        self.batches: list[list[int]] = []
+        self.released: list[int] = []
+        self.claims = 0
+
+    async def claim(self, limit: int) -> list[int]:
+        self.claims += 1
+        taken, self.todo = self.todo[:limit], self.todo[limit:]
+        return taken
+
+    async def complete(self, results: Sequence[int]) -> None:
+        await asyncio.sleep(0.01)  # a commit takes time: results pile up meanwhile
+        self.batches.append(list(results))
+
+    async def release(self, units: Sequence[int]) -> None:
+        self.released += list(units)
+
+    async def is_empty(self) -> bool:
+        return not self.todo
+
+    async def is_finished(self) -> bool:
+        return not self.todo
+
+
+async def test_every_unit_is_completed_once_in_group_commits() -> None:
+    queue = RecordingQueue(200)
+
+    async def process(unit: int) -> int:
+        await asyncio.sleep(0.001)
+        return unit
+
+    stats = await WorkLoop(queue, process, LoopSettings(concurrency=8, commit_batch=32)).run()
+    done = [u for batch in queue.batches for u in batch]
+    assert sorted(done) == list(range(200)) and stats.completed == 200
+    assert len(queue.batches) < 100  # grouped while commits ran, not one per result
+    assert max(len(b) for b in queue.batches) <= 32
+
+
+async def test_a_stop_gives_back_unstarted_and_late_units_and_keeps_finished_ones() -> None:
+    queue = RecordingQueue(50)
+    stop = GracefulStop()
+
+    async def process(unit: int) -> int:
+        if unit == 0:
+            stop.request()
+        await asyncio.sleep(0.05 if unit % 2 else 5.0)  # odd units finish, even ones stall
+        return unit
+
+    settings = LoopSettings(concurrency=4, claim_ahead=4, grace_period=0.3)
+    stats = await WorkLoop(queue, process, settings, stop).run()
+    done = {u for batch in queue.batches for u in batch}
+    assert stats.interrupted
+    assert done and all(u % 2 for u in done)  # what finished in the grace period is kept
+    held = set(range(8))  # claimed: 4 in workers + 4 ahead
+    assert set(queue.released) | done == held and not set(queue.released) & done
+    assert queue.todo == list(range(8, 50))  # nothing more was claimed after the stop
+
+
+async def test_an_unexpected_error_ends_the_run_instead_of_looping() -> None:
+    queue = RecordingQueue(30)
+
+    async def process(unit: int) -> int:
+        if unit == 5:
+            raise RuntimeError("a bug")
+        await asyncio.sleep(0.01)
+        return unit
+
+    with pytest.raises(RuntimeError, match="a bug"):
+        await WorkLoop(queue, process, LoopSettings(concurrency=2)).run()
+    assert 5 in queue.released  # the unit went back, it was not completed
+    assert not {5} & {u for batch in queue.batches for u in batch}
+    assert queue.todo  # claiming stopped: the rest waits for a run without the bug
+
+
+def test_concurrency_must_be_positive() -> None:
+    with pytest.raises(ValueError):
+        LoopSettings(concurrency=0)
