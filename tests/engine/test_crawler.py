@@ -159,7 +159,7 @@ def test_sigint_finishes_in_flight_work_exits_130_and_resumes(
 ) -> None:
     write_link_pages(tmp_path / "site", 150, fanout=3)
     origin.root = tmp_path / "site"
-    origin.rule("/pages/*", stall=0.03)
+    origin.rule("/pages/*", stall=0.1)  # ~4 s in all: the signal lands mid-crawl
     out = tmp_path / "out"
     process = _spawn(origin.url, out)
     deadline = time.monotonic() + 60
