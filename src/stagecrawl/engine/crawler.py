@@ -136,7 +136,10 @@ class Crawler:
         try:
             await self.queue.add(list(self.stage.start_requests()))
             self._to_do = await self.queue.pending()
-            stats = await self.loop.run()
+            try:
+                stats = await self.loop.run()
+            finally:
+                await self.queue.give_back_read_ahead()
             counts = await self.queue.counts()
             ladder = await self.queue.ladder(20)
         finally:
