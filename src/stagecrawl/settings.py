@@ -113,6 +113,22 @@ SETTINGS: tuple[Setting, ...] = (
         check="non-negative",
     ),
     _s(
+        "commit_batch",
+        32,
+        int,
+        "collect: crates written in one transaction at most (group commit)",
+        flag=None,
+        check="at-least-1",
+    ),
+    _s(
+        "commit_linger",
+        0.0,
+        float,
+        "collect: seconds a partial batch may wait for more crates before it is written",
+        flag=None,
+        check="non-negative",
+    ),
+    _s(
         "timeout", 15.0, float, "connect and per-read timeout, seconds", flag=None, check="positive"
     ),
     _s(

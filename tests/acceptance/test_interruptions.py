@@ -55,3 +55,34 @@ def test_sigint_exits_130_with_a_summary_and_a_rerun_finishes(
     rerun = stagecrawl("crates", "collect", "--db", url, *mirror.urls(), "--api-rate", "50")
     assert rerun.returncode == 0, rerun.stderr
     assert {e["PROCESSED"] for e in dump(url)["TB_COMP_LIB_RUST_LIST"]} == {1}
+
+
+def test_kill_9_inside_an_open_group_commit_batch(mirror: Mirror, tmp_path: Path) -> None:
+    """Crates fetched but still waiting in the committer's batch are lost whole by a kill,
+    never half-written, and the rerun redoes them: the dump equals an uninterrupted run."""
+    reference = f"sqlite:///{tmp_path / 'reference.db'}"
+    done = stagecrawl("crates", "crawl", *NAMES, "--db", reference, *mirror.urls(), *RATES)
+    assert done.returncode == 0, done.stderr
+    expected = dump(reference)
+
+    url = f"sqlite:///{tmp_path / 'batch.db'}"
+    # The batch stays open (up to 600 s, up to 1,000 crates) until the kill.
+    lingering = {"STAGECRAWL_COMMIT_LINGER": "600", "STAGECRAWL_COMMIT_BATCH": "1000"}
+    before = len(mirror.api.requests_to("/api/*"))  # the reference run's
+    process = spawn("crates", "crawl", *NAMES, "--db", url, *mirror.urls(), *RATES, env=lingering)
+    deadline = time.monotonic() + 60
+    while len(mirror.api.requests_to("/api/*")) - before < len(NAMES) // 2:
+        assert time.monotonic() < deadline, "the crawl never got under way"
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait(30)
+    killed = dump(url)
+    # several crates were fetched, none of them written: the batch went with the process
+    assert killed["TB_COMP_LIB_VERSION_RUST"] == []
+    assert killed["TB_COMP_LIB_PRODUCT_RUST"] == []
+    assert killed["TB_COMP_LIB_RUST_LIST"], "seeding had registered the events"
+    assert {e["PROCESSED"] for e in killed["TB_COMP_LIB_RUST_LIST"]} == {0}
+
+    again = stagecrawl("crates", "crawl", *NAMES, "--db", url, *mirror.urls(), *RATES)
+    assert again.returncode == 0, again.stderr
+    assert dump(url) == expected

@@ -119,6 +119,8 @@ def _collect_settings(s: Settings, limit: int | None, skip_existing: bool) -> Co
         limit=limit,
         lease_seconds=s.lease_seconds,
         grace_period=s.grace_period,
+        commit_batch=s.commit_batch,
+        commit_linger=s.commit_linger,
     )
 
 

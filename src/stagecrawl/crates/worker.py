@@ -250,6 +250,13 @@ class CratesQueue:
             set(self.failed_crates),
             max_events,
         )
+        # The claim ran in a thread on a snapshot of the failed crates: a crate that failed and
+        # was written back meanwhile is claimable again in the table. It waits for the next
+        # run like the others (its ladder climbs once per run), so it goes straight back.
+        late = [event for event in events if event.crate_name in self.failed_crates]
+        if late:
+            await asyncio.to_thread(release, self.db, self.worker, [e.id for e in late])
+            events = [event for event in events if event.crate_name not in self.failed_crates]
         self.claimed_events += len(events)
         groups: dict[str, list[Claimed]] = defaultdict(list)
         for event in events:
