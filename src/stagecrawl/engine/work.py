@@ -109,9 +109,12 @@ class WorkLoop(Generic[U, R]):
         self._todo: asyncio.Queue[U | None] = asyncio.Queue()
         self._results: deque[R] = deque()
         self._arrived = asyncio.Event()  # a result was added, or the workers are done
-        self._committed = asyncio.Event()
+        # There may be room to claim: a commit, a wake(), or the ready units ran out.
+        self._room = asyncio.Event()
         self._workers_done = False
         self._outstanding = 0  # claimed and neither committed nor released
+        self._uncommitted = 0  # processed, waiting for (or in) a commit
+        self._drained = False  # the last claim found less than it asked for
         self._in_worker: dict[int, U] = {}
         self._committer_task: asyncio.Task[None]
         self._failure: BaseException | None = None  # what `process` raised: it ends the run
@@ -120,7 +123,8 @@ class WorkLoop(Generic[U, R]):
     def wake(self) -> None:
         """New work may be claimable (another producer registered some): claim now rather
         than at the next poll."""
-        self._committed.set()
+        self._drained = False
+        self._room.set()
 
     async def run(self) -> LoopStats:
         started = time.monotonic()
@@ -146,11 +150,19 @@ class WorkLoop(Generic[U, R]):
 
     async def _feed(self) -> None:
         settings = self.settings
-        capacity = settings.concurrency + (settings.claim_ahead or settings.concurrency)
+        ahead = settings.claim_ahead or settings.concurrency
+        capacity = settings.concurrency + ahead
+        # Processed results waiting for a commit do not hold workers back (a slow commit must
+        # not starve them), but they are bounded, so a stalled database stops the claiming.
+        backlog = capacity + 2 * settings.commit_batch
         while not self.stop.requested and not self._committer_task.done() and self._failure is None:
-            room = capacity - self._outstanding
-            if room > 0:
+            room = capacity - (self._outstanding - self._uncommitted)
+            # Claim in batches: once the ready units are used up (room for `ahead` more),
+            # or for whatever room there is when the queue ran short last time.
+            wanted = ahead if not self._drained else 1
+            if room >= wanted and self._uncommitted < backlog:
                 units = await self.queue.claim(room)
+                self._drained = len(units) < room
                 if units and not self.stop.requested and self._failure is None:
                     self._outstanding += len(units)
                     self.stats.claimed += len(units)
@@ -162,11 +174,11 @@ class WorkLoop(Generic[U, R]):
                     return
             if self._outstanding == 0 and await self.queue.is_finished():
                 return
-            # Wait for our own work to commit (it may add more), or poll for work that is
-            # held elsewhere or still being produced.
-            self._committed.clear()
+            # Wait for room (the workers used up the ready units, or a commit made some and
+            # may have added work), or poll for work held elsewhere or still being produced.
+            self._room.clear()
             waiters = {
-                asyncio.ensure_future(self._committed.wait()),
+                asyncio.ensure_future(self._room.wait()),
                 asyncio.ensure_future(self.stop.event.wait()),
                 asyncio.ensure_future(self._failed.wait()),
             }
@@ -228,7 +240,10 @@ class WorkLoop(Generic[U, R]):
                 return
             self._in_worker.pop(number, None)
             self._results.append(result)
+            self._uncommitted += 1
             self._arrived.set()
+            if self._todo.empty() and not self._drained:
+                self._room.set()  # the ready units are used up: the feeder claims more
 
     async def _committer(self) -> None:
         """Group commit: take every result that is waiting (up to `commit_batch`) and commit
@@ -263,9 +278,11 @@ class WorkLoop(Generic[U, R]):
     async def _commit(self, batch: list[R]) -> None:
         await self.queue.complete(batch)
         self._outstanding -= len(batch)
+        self._uncommitted -= len(batch)
         self.stats.completed += len(batch)
         self.stats.batches += 1
-        self._committed.set()
+        self._drained = False  # a commit may have made more claimable (children, a ladder)
+        self._room.set()
         if self.on_commit is not None:
             self.on_commit(self.stats)
 
