@@ -118,7 +118,6 @@ class WorkLoop(Generic[U, R]):
         self._in_worker: dict[int, U] = {}
         self._committer_task: asyncio.Task[None]
         self._failure: BaseException | None = None  # what `process` raised: it ends the run
-        self._failed = asyncio.Event()
 
     def wake(self) -> None:
         """New work may be claimable (another producer registered some): claim now rather
@@ -131,9 +130,13 @@ class WorkLoop(Generic[U, R]):
         settings = self.settings
         workers = [asyncio.create_task(self._worker(i)) for i in range(settings.concurrency)]
         self._committer_task = asyncio.create_task(self._committer())
+        # The feeder waits on one event: a stop and a committer that ended set it too.
+        self._committer_task.add_done_callback(lambda _task: self._room.set())
+        stop_watch = asyncio.create_task(self._wake_on_stop())
         try:
             await self._feed()
         finally:
+            stop_watch.cancel()
             # A committer that failed (the database went away) or a unit whose processing
             # raised (a bug, or the shared rate limit lost) ends the run: what is held is given
             # back, what finished is committed, and the error is raised below.
@@ -177,18 +180,13 @@ class WorkLoop(Generic[U, R]):
             # Wait for room (the workers used up the ready units, or a commit made some and
             # may have added work), or poll for work held elsewhere or still being produced.
             self._room.clear()
-            waiters = {
-                asyncio.ensure_future(self._room.wait()),
-                asyncio.ensure_future(self.stop.event.wait()),
-                asyncio.ensure_future(self._failed.wait()),
-            }
-            await asyncio.wait(
-                {*waiters, self._committer_task},
-                timeout=settings.poll_interval,
-                return_when=asyncio.FIRST_COMPLETED,
-            )
-            for waiter in waiters:
-                waiter.cancel()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(settings.poll_interval):
+                    await self._room.wait()
+
+    async def _wake_on_stop(self) -> None:
+        await self.stop.event.wait()
+        self._room.set()
 
     async def _wind_down(self, workers: list[asyncio.Task[None]], abort: bool) -> None:
         if self.stop.requested or abort:
@@ -236,7 +234,7 @@ class WorkLoop(Generic[U, R]):
                 await self._release([unit])
                 if self._failure is None:
                     self._failure = exc
-                    self._failed.set()
+                    self._room.set()
                 return
             self._in_worker.pop(number, None)
             self._results.append(result)
