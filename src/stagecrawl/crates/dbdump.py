@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy.engine import Connection
+
 from stagecrawl.crates.api import parse_time
 from stagecrawl.crates.licenses import LicenseMatcher
 from stagecrawl.crates.queue import utcnow
@@ -36,6 +38,10 @@ log = logging.getLogger("stagecrawl.dbdump")
 DEFAULT_DUMP_URL = "https://static.crates.io/db-dump.tar.gz"
 DEP_KINDS = {"0": "normal", "1": "build", "2": "dev"}
 BATCH = 5000
+# VERSION rows go in executemany batches of WRITE_BATCH, committed every COMMIT_ROWS: big
+# transactions spare commits (an fsync each), small batches keep the rows in memory few.
+WRITE_BATCH = 2000
+COMMIT_ROWS = 20_000
 DEP_CACHE = 10_000  # encoded dependencies kept (raw fields -> JSON)
 FEATURES_CACHE = 10_000
 csv.field_size_limit(sys.maxsize)
@@ -120,7 +126,7 @@ def _field(row: list[str], index: int | None) -> str | None:
     return row[index] if index is not None else None
 
 
-@dataclass
+@dataclass(slots=True)  # one per crate, all held through the load
 class CrateInfo:
     name: str
     description: str | None
@@ -132,16 +138,23 @@ class CrateInfo:
     categories: list[str] = field(default_factory=list)
     versions: int = 0
     best: dict[int, str] = field(default_factory=dict)  # rank -> best version in that rank
+    # rank -> sort key of that best version, so each version row is parsed once
+    best_key: dict[int, Any] = field(default_factory=dict)
+    _scm: Any = None  # the SCM JSON once made (every version row of the crate carries it)
 
     @property
     def scm(self) -> str | None:
-        return dumps(
-            {
-                "repository": self.repository,
-                "homepage": self.homepage,
-                "documentation": self.documentation,
-            }
-        )
+        if self._scm is None:
+            self._scm = (
+                dumps(
+                    {
+                        "repository": self.repository,
+                        "homepage": self.homepage,
+                        "documentation": self.documentation,
+                    }
+                ),
+            )
+        return self._scm[0]  # type: ignore[no-any-return]
 
 
 @dataclass
@@ -380,16 +393,26 @@ def _load_versions(
     deps: sqlite3.Connection,
     progress: Callable[[str, int], None] | None,
 ) -> int:
+    # One connection for the whole pass; its transaction is committed every COMMIT_ROWS.
+    with db.engine.connect() as conn:
+        return _write_versions(db, conn, path, crates, deps, progress)
+
+
+def _write_versions(
+    db: Database,
+    conn: Connection,
+    path: Path,
+    crates: dict[str, CrateInfo],
+    deps: sqlite3.Connection,
+    progress: Callable[[str, int], None] | None,
+) -> int:
     matcher = LicenseMatcher.load(db)
     writer = BulkUpsert(db.version, VERSION_ROW)
     now = utcnow()
-    loaded = 0
+    loaded = uncommitted = 0
     ids: list[str] = []
     batch: list[list[Any]] = []
-    scm_cache: dict[str, str | None] = {}
     features_cache: dict[str, str | None] = {}
-    # The sort key of each crate's best version per rank, so every row parses one version.
-    best_keys: dict[tuple[str, int], tuple[int, object, str]] = {}
 
     def flush() -> None:
         found: dict[str, list[str]] = {}
@@ -404,8 +427,7 @@ def _load_versions(
                 found.setdefault(str(version_id), []).append(body)
         for vid, row in zip(ids, batch, strict=True):
             row.append("[" + ",".join(found.get(vid, ())) + "]")
-        with db.engine.begin() as conn:
-            writer.execute(conn, batch)
+        writer.execute(conn, batch)  # inside the open transaction (autobegun)
         ids.clear()
         batch.clear()
 
@@ -425,10 +447,10 @@ def _load_versions(
             crate.versions += 1
             rank = _rank(num, yanked)
             key = sort_key(num)
-            best = best_keys.get((crate_id, rank))
+            best = crate.best_key.get(rank)
             if best is None or key > best:
                 crate.best[rank] = num
-                best_keys[(crate_id, rank)] = key
+                crate.best_key[rank] = key
             license_text = _text(_field(record, i_license))
             standard = matcher.standardise(license_text)
             features_text = _field(record, i_features) or "{}"
@@ -441,9 +463,6 @@ def _load_versions(
             if not checksum:
                 raw = _field(record, i_sha256) or ""
                 checksum = raw[2:] if raw.startswith("\\x") else (raw or None)
-            scm = scm_cache.get(crate_id, _ABSENT)
-            if scm is _ABSENT:
-                scm = scm_cache[crate_id] = crate.scm
             ids.append(record[i_id])
             batch.append(
                 [
@@ -464,21 +483,26 @@ def _load_versions(
                     _text(_field(record, i_rust)),
                     _text(_field(record, i_links)),
                     f"{CRATES_IO_PAGE}{crate.name}/{num}",
-                    scm,
+                    crate.scm,
                     _int(_field(record, i_downloads)),
                     _time(_field(record, i_created)),
                     1,
                     now,
                 ]
             )
-            if len(batch) >= BATCH:
+            if len(batch) >= WRITE_BATCH:
                 loaded += len(batch)
+                uncommitted += len(batch)
                 flush()
-                if progress is not None:
-                    progress("versions", loaded)
+                if uncommitted >= COMMIT_ROWS:
+                    conn.commit()
+                    uncommitted = 0
+                    if progress is not None:
+                        progress("versions", loaded)
     if batch:
         loaded += len(batch)
         flush()
+    conn.commit()
     return loaded
 
 
@@ -510,6 +534,3 @@ def _load_products(db: Database, crates: dict[str, CrateInfo]) -> int:
         with db.engine.begin() as conn:
             writer.execute(conn, rows[start : start + BATCH])
     return len(rows)
-
-
-_ABSENT: Any = object()

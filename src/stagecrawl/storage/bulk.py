@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import Table
@@ -23,6 +24,7 @@ from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import Connection, Dialect
 
 Processor = Callable[[Any], Any]
+_NOTHING: Any = object()
 
 
 class BulkUpsert:
@@ -97,25 +99,33 @@ class BulkUpsert:
         width = len(self.columns)
         if any(len(row) != width for row in rows):
             raise ValueError(f"{self.table.name}: rows must have {width} values")
-        if plan.processors or plan.defaults:
-            converted: list[Sequence[Any]] = []
-            for row in rows:
-                values = [*row, *plan.defaults]
-                for n, processor in plan.processors:
+        table: list[Sequence[Any]]
+        if plan.processors:
+            table = [[*row, *plan.defaults] for row in rows]  # copies: the caller's rows stay
+            for n, processor in plan.processors:
+                # Column by column; a value that is the previous row's object (a load's one
+                # timestamp) is not processed again.
+                last_in: Any = _NOTHING
+                last_out: Any = None
+                for values in table:
                     value = values[n]
-                    if value is not None:
-                        values[n] = processor(value)
-                converted.append(values)
-            rows = converted
+                    if value is None:
+                        continue
+                    if value is not last_in:
+                        last_in, last_out = value, processor(value)
+                    values[n] = last_out  # type: ignore[index]
+        elif plan.defaults:
+            table = [(*row, *plan.defaults) for row in rows]
+        else:
+            table = list(rows)
         params: list[Any]
         if plan.order is None:
             names = plan.names
-            params = [dict(zip(names, row, strict=True)) for row in rows]
-        elif plan.order == list(range(len(plan.names))):
-            params = [tuple(row) for row in rows]
+            params = [dict(zip(names, row, strict=True)) for row in table]
+        elif len(plan.order) == 1:
+            params = [(row[plan.order[0]],) for row in table]
         else:
-            order = plan.order
-            params = [tuple(row[n] for n in order) for row in rows]
+            params = list(map(itemgetter(*plan.order), table))
         conn.exec_driver_sql(plan.sql, params)
 
 
