@@ -89,8 +89,10 @@ def dbdump_rate(url: str, versions: int, src: Path | None = None) -> tuple[float
     with tempfile.TemporaryFile() as errors:
         started = time.perf_counter()
         loader = subprocess.Popen(
-            [sys.executable, "-m", "stagecrawl", "-q", "crates", "dbdump"]
-            + ["--source", str(dump), "--db", url],
+            [
+                *(sys.executable, "-m", "stagecrawl", "-q", "crates", "dbdump"),
+                *("--source", str(dump), "--db", url),
+            ],
             stdout=subprocess.DEVNULL,
             stderr=errors,
             env=env,
@@ -168,22 +170,23 @@ def _collected(db: Database) -> None:
     now = datetime(2026, 1, 1)
     products = BulkUpsert(
         db.product,
-        ["LANGUAGE", "REPOSITORY", "PRODUCT_KEY", "NAME", "COMP_STATUS", "VERSION_COUNT"]
-        + ["LAST_UPDATED"],
+        [
+            *("LANGUAGE", "REPOSITORY", "PRODUCT_KEY", "NAME", "COMP_STATUS", "VERSION_COUNT"),
+            "LAST_UPDATED",
+        ],
     )
     versions = BulkUpsert(
         db.version,
-        ["LANGUAGE", "REPOSITORY", "PRODUCT_KEY", "VERSION", "NAME", "DEPENDENCIES", "FEATURES"]
-        + ["YANKED", "PROCESSED", "LAST_UPDATED"],
+        [
+            *("LANGUAGE", "REPOSITORY", "PRODUCT_KEY", "VERSION", "NAME", "DEPENDENCIES"),
+            *("FEATURES", "YANKED", "PROCESSED", "LAST_UPDATED"),
+        ],
     )
     numbers = [f"{v // 5}.{v % 5}.{v % 3}" for v in range(COLLECTED_PER_CRATE)]
     with db.engine.begin() as conn:
         products.execute(
             conn,
-            [
-                ("rust", "Cargo", n.lower(), n, "ACTIVE", COLLECTED_PER_CRATE, now)
-                for n in names
-            ],
+            [("rust", "Cargo", n.lower(), n, "ACTIVE", COLLECTED_PER_CRATE, now) for n in names],
         )
         versions.execute(
             conn,
