@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,6 @@ from sqlalchemy import Table as SqlTable
 from sqlalchemy.engine import Connection
 
 from stagecrawl.crates.osv import ImportReport, import_advisories, read_advisories
-from stagecrawl.storage.bulk import BulkUpsert
 from stagecrawl.storage.db import Database
 
 SHARED = Path(os.environ.get("STAGECRAWL_TEST_SHARED", Path(__file__).parents[2] / "shared"))
@@ -126,6 +126,8 @@ def _chunks(conn: Connection, table: SqlTable, size: int) -> Iterator[list[tuple
 def raw_executemany_rate(db: Database, tables: list[SqlTable]) -> tuple[int, float]:
     """(rows, seconds) to write the rows of `tables`, read back (not timed), into scratch
     copies by plain driver executemany upserts: the database's own cost for these rows."""
+    from stagecrawl.storage.bulk import BulkUpsert
+
     rows = 0
     seconds = 0.0
     # Read through a read-only handle: on SQLite it does not take the write lock.
@@ -153,7 +155,8 @@ def raw_executemany_rate(db: Database, tables: list[SqlTable]) -> tuple[int, flo
 
 
 def _collected(db: Database) -> None:
-    """PRODUCT and VERSION rows for every crate the fixture's advisories name."""
+    """PRODUCT and VERSION rows for every crate the fixture's advisories name (Core inserts:
+    this runs under an older stagecrawl too, for `--before-src`)."""
     report = ImportReport()
     names = sorted(
         {
@@ -165,33 +168,23 @@ def _collected(db: Database) -> None:
             and entry["package"].get("ecosystem") == "crates.io"
         }
     )
-    from datetime import datetime
-
     now = datetime(2026, 1, 1)
-    products = BulkUpsert(
-        db.product,
-        [
-            *("LANGUAGE", "REPOSITORY", "PRODUCT_KEY", "NAME", "COMP_STATUS", "VERSION_COUNT"),
-            "LAST_UPDATED",
-        ],
-    )
-    versions = BulkUpsert(
-        db.version,
-        [
-            *("LANGUAGE", "REPOSITORY", "PRODUCT_KEY", "VERSION", "NAME", "DEPENDENCIES"),
-            *("FEATURES", "YANKED", "PROCESSED", "LAST_UPDATED"),
-        ],
-    )
+    key = {"LANGUAGE": "rust", "REPOSITORY": "Cargo"}
     numbers = [f"{v // 5}.{v % 5}.{v % 3}" for v in range(COLLECTED_PER_CRATE)]
     with db.engine.begin() as conn:
-        products.execute(
-            conn,
-            [("rust", "Cargo", n.lower(), n, "ACTIVE", COLLECTED_PER_CRATE, now) for n in names],
-        )
-        versions.execute(
-            conn,
+        conn.execute(
+            db.product.insert(),
             [
-                ("rust", "Cargo", n.lower(), v, n, "[]", "{}", False, 1, now)
+                {**key, "PRODUCT_KEY": n.lower(), "NAME": n, "COMP_STATUS": "ACTIVE"}
+                | {"VERSION_COUNT": COLLECTED_PER_CRATE, "LAST_UPDATED": now}
+                for n in names
+            ],
+        )
+        conn.execute(
+            db.version.insert(),
+            [
+                {**key, "PRODUCT_KEY": n.lower(), "VERSION": v, "NAME": n, "DEPENDENCIES": "[]"}
+                | {"FEATURES": "{}", "YANKED": False, "PROCESSED": 1, "LAST_UPDATED": now}
                 for n in names
                 for v in numbers
             ],
@@ -207,9 +200,19 @@ def _osv_once(url: str) -> tuple[int, float, Database]:
     return report.advisories, time.perf_counter() - started, db
 
 
-def osv_rate(url: str) -> float:
+def osv_rate(url: str, src: Path | None = None) -> float:
     """Advisories/s of the OSV import of the RustSec fixture zip (reading the zip included)
-    into fresh VULN tables with collected versions present; median of 3."""
+    into fresh VULN tables with collected versions present; median of 3. `src`: measure the
+    import of another `src` folder (in a subprocess running this file)."""
+    if src is not None:
+        done = subprocess.run(
+            [sys.executable, __file__, "--osv-rate-only", url],
+            env={**os.environ, "PYTHONPATH": str(src)},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return float(done.stdout.strip().splitlines()[-1])
     rates = []
     for _ in range(3):
         advisories, seconds, db = _osv_once(url)
@@ -233,8 +236,12 @@ def main() -> None:
     parser.add_argument("--postgres", default=POSTGRES)
     parser.add_argument("--skip-mariadb", action="store_true")
     parser.add_argument("--skip-postgres", action="store_true")
+    parser.add_argument("--osv-rate-only", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    console = Console()
+    if args.osv_rate_only:
+        print(osv_rate(args.osv_rate_only))
+        return
+    console = Console(width=150)
     with tempfile.TemporaryDirectory(prefix="stagecrawl-bench-bulk-") as tmp:
         urls = [f"sqlite:///{Path(tmp) / 'bulk.db'}"]
         urls += [] if args.skip_mariadb else [args.mariadb]
@@ -272,8 +279,11 @@ def main() -> None:
             advisories, _, db = _osv_once(url)
             rows, seconds = raw_executemany_rate(db, [db.vuln_raw, db.vuln_v1, db.vuln_hit])
             db.dispose()
-            rate = osv_rate(url)
             raw = advisories / seconds
+            if args.before_src:
+                rate = osv_rate(url, args.before_src)
+                osv.add_row(name, f"{advisories:,}", f"{rate:,.0f}", "before", "", "")
+            rate = osv_rate(url)
             osv.add_row(
                 name, f"{advisories:,}", f"{rate:,.0f}", "this", f"{raw:,.0f}", f"{rate / raw:.2f}"
             )
