@@ -20,6 +20,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ WRITE_BATCH = 2000
 COMMIT_ROWS = 20_000
 DEP_CACHE = 10_000  # encoded dependencies kept (raw fields -> JSON)
 FEATURES_CACHE = 10_000
+VERSION_KEYS = 16_384
 csv.field_size_limit(sys.maxsize)
 
 
@@ -138,8 +140,6 @@ class CrateInfo:
     categories: list[str] = field(default_factory=list)
     versions: int = 0
     best: dict[int, str] = field(default_factory=dict)  # rank -> best version in that rank
-    # rank -> sort key of that best version, so each version row is parsed once
-    best_key: dict[int, Any] = field(default_factory=dict)
     _scm: Any = None  # the SCM JSON once made (every version row of the crate carries it)
 
     @property
@@ -408,6 +408,9 @@ def _write_versions(
 ) -> int:
     matcher = LicenseMatcher.load(db)
     writer = BulkUpsert(db.version, VERSION_ROW)
+    # Version numbers repeat across crates (0.1.0, 1.0.0…): their sort keys are kept in a
+    # bounded cache by text, not per crate, so memory does not grow with the registry.
+    version_key = lru_cache(maxsize=VERSION_KEYS)(sort_key)
     now = utcnow()
     loaded = uncommitted = 0
     ids: list[str] = []
@@ -446,11 +449,9 @@ def _write_versions(
             num, yanked = record[i_num], _bool(_field(record, i_yanked))
             crate.versions += 1
             rank = _rank(num, yanked)
-            key = sort_key(num)
-            best = crate.best_key.get(rank)
-            if best is None or key > best:
+            best = crate.best.get(rank)
+            if best is None or version_key(num) > version_key(best):
                 crate.best[rank] = num
-                crate.best_key[rank] = key
             license_text = _text(_field(record, i_license))
             standard = matcher.standardise(license_text)
             features_text = _field(record, i_features) or "{}"
