@@ -20,8 +20,11 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+from sqlalchemy.engine import Connection
 
 from stagecrawl.crates.api import parse_time
 from stagecrawl.crates.licenses import LicenseMatcher
@@ -29,12 +32,20 @@ from stagecrawl.crates.queue import utcnow
 from stagecrawl.crates.semver import sort_key
 from stagecrawl.crates.worker import CRATES_IO_PAGE, LANGUAGE, REPOSITORY
 from stagecrawl.errors import InputError
-from stagecrawl.storage.db import Database, dumps, upsert
+from stagecrawl.storage.bulk import BulkUpsert
+from stagecrawl.storage.db import Database, dumps
 
 log = logging.getLogger("stagecrawl.dbdump")
 DEFAULT_DUMP_URL = "https://static.crates.io/db-dump.tar.gz"
 DEP_KINDS = {"0": "normal", "1": "build", "2": "dev"}
 BATCH = 5000
+# VERSION rows go in executemany batches of WRITE_BATCH, committed every COMMIT_ROWS: big
+# transactions spare commits (an fsync each), small batches keep the rows in memory few.
+WRITE_BATCH = 2000
+COMMIT_ROWS = 20_000
+DEP_CACHE = 10_000  # encoded dependencies kept (raw fields -> JSON)
+FEATURES_CACHE = 10_000
+VERSION_KEYS = 16_384
 csv.field_size_limit(sys.maxsize)
 
 
@@ -53,22 +64,43 @@ def _int(value: str | None) -> int | None:
         return None
 
 
-def _checksum(row: dict[str, str]) -> str | None:
-    """Hex `checksum` (older dumps) or binary `tar_sha256` exported as `\\x…` (2026 on)."""
-    if row.get("checksum"):
-        return row["checksum"]
-    raw = row.get("tar_sha256") or ""
-    return raw[2:] if raw.startswith("\\x") else (raw or None)
-
-
 def _time(value: str | None) -> Any:
     if not value:
         return None
     return parse_time(value.replace(" ", "T", 1) if "T" not in value else value)
 
 
-def iter_csv(path: Path, wanted: set[str]) -> Iterator[tuple[str, Iterator[dict[str, str]]]]:
-    """(table name, row iterator) for each wanted `data/<table>.csv`, in archive order."""
+_MISSING: list[Any] = [None]
+
+
+class Rows:
+    """The rows of one CSV table as lists, with the header's column positions: indexing a
+    list is what a million-row load can afford (DictReader builds a dict per row)."""
+
+    def __init__(self, table: str, header: list[str], reader: Iterator[list[str]]) -> None:
+        self.table = table
+        self.header = header
+        self.width = len(header)
+        self._reader = reader
+        self._index = {name: n for n, name in enumerate(header)}
+
+    def index(self, name: str) -> int | None:
+        """The column's position, or None when this dump has no such column."""
+        return self._index.get(name)
+
+    def __iter__(self) -> Iterator[list[str]]:
+        width = self.width
+        for row in self._reader:
+            if len(row) < width:
+                if not row:
+                    continue  # a blank line, which DictReader skipped too
+                # A short row's missing fields read as None, as DictReader's restval did.
+                row = row + _MISSING * (width - len(row))
+            yield row
+
+
+def iter_csv(path: Path, wanted: set[str]) -> Iterator[Rows]:
+    """The rows of each wanted `data/<table>.csv`, in archive order."""
     with tarfile.open(path, mode="r|gz") as archive:
         for member in archive:
             name = member.name.rsplit("/", 1)[-1]
@@ -85,10 +117,18 @@ def iter_csv(path: Path, wanted: set[str]) -> Iterator[tuple[str, Iterator[dict[
             if handle is None:
                 continue
             # Lines decoded one by one: TextIOWrapper would ask the tar stream to seek.
-            yield table, csv.DictReader(codecs.iterdecode(handle, "utf-8"))
+            reader = csv.reader(codecs.iterdecode(handle, "utf-8"))
+            header = next(reader, None)
+            if header is None:
+                continue
+            yield Rows(table, header, reader)
 
 
-@dataclass
+def _field(row: list[str], index: int | None) -> str | None:
+    return row[index] if index is not None else None
+
+
+@dataclass(slots=True)  # one per crate, all held through the load
 class CrateInfo:
     name: str
     description: str | None
@@ -100,16 +140,21 @@ class CrateInfo:
     categories: list[str] = field(default_factory=list)
     versions: int = 0
     best: dict[int, str] = field(default_factory=dict)  # rank -> best version in that rank
+    _scm: Any = None  # the SCM JSON once made (every version row of the crate carries it)
 
     @property
     def scm(self) -> str | None:
-        return dumps(
-            {
-                "repository": self.repository,
-                "homepage": self.homepage,
-                "documentation": self.documentation,
-            }
-        )
+        if self._scm is None:
+            self._scm = (
+                dumps(
+                    {
+                        "repository": self.repository,
+                        "homepage": self.homepage,
+                        "documentation": self.documentation,
+                    }
+                ),
+            )
+        return self._scm[0]  # type: ignore[no-any-return]
 
 
 @dataclass
@@ -147,6 +192,14 @@ def _load(db: Database, path: Path, progress: Callable[[str, int], None] | None)
     return report
 
 
+def _column(rows: Rows, name: str) -> int:
+    """The position of a column the table cannot do without (KeyError: not a dump)."""
+    index = rows.index(name)
+    if index is None:
+        raise KeyError(f"{rows.table}.csv has no {name} column")
+    return index
+
+
 def _crate_tables(path: Path) -> dict[str, CrateInfo]:
     crates: dict[str, CrateInfo] = {}
     keywords: dict[str, str] = {}
@@ -162,27 +215,44 @@ def _crate_tables(path: Path) -> dict[str, CrateInfo]:
         "crates_categories",
         "crate_downloads",
     }
-    for table, rows in iter_csv(path, wanted):
-        for row in rows:
-            if table == "crates":
-                crates[row["id"]] = CrateInfo(
-                    row["name"],
-                    _text(row.get("description")),
-                    _text(row.get("homepage")),
-                    _text(row.get("documentation")),
-                    _text(row.get("repository")),
-                    _int(row.get("downloads")),
+    for rows in iter_csv(path, wanted):
+        table = rows.table
+        if table == "crates":
+            i_id, i_name = _column(rows, "id"), _column(rows, "name")
+            i_description, i_homepage = rows.index("description"), rows.index("homepage")
+            i_docs, i_repo = rows.index("documentation"), rows.index("repository")
+            i_downloads = rows.index("downloads")
+            for row in rows:
+                crates[row[i_id]] = CrateInfo(
+                    row[i_name],
+                    _text(_field(row, i_description)),
+                    _text(_field(row, i_homepage)),
+                    _text(_field(row, i_docs)),
+                    _text(_field(row, i_repo)),
+                    _int(_field(row, i_downloads)),
                 )
-            elif table == "keywords":
-                keywords[row["id"]] = row["keyword"]
-            elif table == "categories":
-                categories[row["id"]] = row.get("slug") or row.get("category") or row["id"]
-            elif table == "crates_keywords":
-                crate_keywords.append((row["crate_id"], row["keyword_id"]))
-            elif table == "crates_categories":
-                crate_categories.append((row["crate_id"], row["category_id"]))
-            elif table == "crate_downloads":
-                downloads[row["crate_id"]] = int(row["downloads"] or 0)
+        elif table == "keywords":
+            i_id, i_keyword = _column(rows, "id"), _column(rows, "keyword")
+            for row in rows:
+                keywords[row[i_id]] = row[i_keyword]
+        elif table == "categories":
+            i_id, i_slug, i_category = (
+                _column(rows, "id"),
+                rows.index("slug"),
+                rows.index("category"),
+            )
+            for row in rows:
+                categories[row[i_id]] = _field(row, i_slug) or _field(row, i_category) or row[i_id]
+        elif table in ("crates_keywords", "crates_categories"):
+            i_crate = _column(rows, "crate_id")
+            i_other = _column(rows, "keyword_id" if table == "crates_keywords" else "category_id")
+            pairs = crate_keywords if table == "crates_keywords" else crate_categories
+            for row in rows:
+                pairs.append((row[i_crate], row[i_other]))
+        elif table == "crate_downloads":
+            i_crate, i_downloads = _column(rows, "crate_id"), _column(rows, "downloads")
+            for row in rows:
+                downloads[row[i_crate]] = int(row[i_downloads] or 0)
     for crate_id, keyword_id in crate_keywords:
         if crate_id in crates and keyword_id in keywords:
             crates[crate_id].keywords.append(keywords[keyword_id])
@@ -198,27 +268,36 @@ def _crate_tables(path: Path) -> dict[str, CrateInfo]:
 def _spill_dependencies(path: Path, crates: dict[str, CrateInfo], deps: sqlite3.Connection) -> int:
     count = 0
     batch: list[tuple[int, str, str]] = []
-    for _table, rows in iter_csv(path, {"dependencies"}):
+    # Consecutive versions of a crate mostly repeat their dependencies: the encoded form of a
+    # dependency is kept for its raw fields (a bounded cache, so memory stays flat).
+    encoded: dict[tuple[str | None, ...], tuple[str, str]] = {}
+    for rows in iter_csv(path, {"dependencies"}):
+        i_version, i_crate = _column(rows, "version_id"), _column(rows, "crate_id")
+        i_rename, i_req = rows.index("explicit_name"), rows.index("req")
+        i_kind, i_optional = rows.index("kind"), rows.index("optional")
+        i_default, i_features = rows.index("default_features"), rows.index("features")
+        i_target = rows.index("target")
         for row in rows:
-            target = crates.get(row["crate_id"])
+            crate_id = row[i_crate]
+            target = crates.get(crate_id)
             if target is None:
                 continue
-            rename = _text(row.get("explicit_name"))
-            features = row.get("features") or "{}"
-            body = {
-                "name": target.name,
-                "rename": rename,
-                "req": row.get("req"),
-                "kind": DEP_KINDS.get(row.get("kind") or "0", "normal"),
-                "optional": _bool(row.get("optional")),
-                "default_features": _bool(row.get("default_features") or "t"),
-                "features": _pg_array(features),
-                "target": _text(row.get("target")),
-            }
-            # Stored already in the canonical compact form of JSON columns, so versions are
-            # assembled by joining strings, not by decoding and encoding every dependency.
-            sort_key = "\0".join((target.name, str(body["kind"]), str(body["req"])))
-            batch.append((int(row["version_id"]), sort_key, dumps(body) or "{}"))
+            key = (
+                crate_id,
+                _field(row, i_rename),
+                _field(row, i_req),
+                _field(row, i_kind),
+                _field(row, i_optional),
+                _field(row, i_default),
+                _field(row, i_features),
+                _field(row, i_target),
+            )
+            found = encoded.get(key)
+            if found is None:
+                if len(encoded) >= DEP_CACHE:
+                    encoded.clear()
+                found = encoded[key] = _encode_dependency(target.name, key)
+            batch.append((int(row[i_version]), *found))
             count += 1
             if len(batch) >= BATCH:
                 deps.executemany("INSERT INTO dep VALUES (?, ?, ?)", batch)
@@ -226,6 +305,25 @@ def _spill_dependencies(path: Path, crates: dict[str, CrateInfo], deps: sqlite3.
     deps.executemany("INSERT INTO dep VALUES (?, ?, ?)", batch)
     deps.commit()
     return count
+
+
+def _encode_dependency(name: str, fields: tuple[str | None, ...]) -> tuple[str, str]:
+    """(sort key, canonical JSON) of one dependency from its raw dump fields."""
+    _crate_id, rename, req, kind, optional, default_features, features, target = fields
+    body = {
+        "name": name,
+        "rename": _text(rename),
+        "req": req,
+        "kind": DEP_KINDS.get(kind or "0", "normal"),
+        "optional": _bool(optional),
+        "default_features": _bool(default_features or "t"),
+        "features": _pg_array(features or "{}"),
+        "target": _text(target),
+    }
+    # Stored already in the canonical compact form of JSON columns, so versions are
+    # assembled by joining strings, not by decoding and encoding every dependency.
+    sort_key = "\0".join((name, str(body["kind"]), str(body["req"])))
+    return sort_key, dumps(body) or "{}"
 
 
 def _pg_array(value: str) -> list[str]:
@@ -244,6 +342,50 @@ def _rank(version: str, yanked: bool) -> int:
     return 1 if "-" in version.split("+", 1)[0] else 0
 
 
+# VERSION's columns in the order the loader builds its rows (BulkUpsert takes tuples).
+VERSION_ROW = (
+    "LANGUAGE",
+    "REPOSITORY",
+    "PRODUCT_KEY",
+    "VERSION",
+    "NAME",
+    "DESCRIPTION",
+    "LICENSE",
+    "STANDARD_LICENSE",
+    "LICENSE_IDS",
+    "LICENSE_EXPRESSION",
+    "LICENSE_AI",
+    "FEATURES",
+    "CHECKSUM",
+    "YANKED",
+    "RUST_VERSION",
+    "LINKS",
+    "URL",
+    "SCM",
+    "DOWNLOADS",
+    "RELEASE_DATE",
+    "PROCESSED",
+    "LAST_UPDATED",
+    "DEPENDENCIES",  # last: filled in when the batch is written
+)
+PRODUCT_ROW = (
+    "LANGUAGE",
+    "REPOSITORY",
+    "PRODUCT_KEY",
+    "NAME",
+    "DESCRIPTION",
+    "LATEST_VERSION",
+    "COMP_STATUS",
+    "URL",
+    "SCM",
+    "KEYWORDS",
+    "CATEGORIES",
+    "DOWNLOADS",
+    "VERSION_COUNT",
+    "LAST_UPDATED",
+)
+
+
 def _load_versions(
     db: Database,
     path: Path,
@@ -251,14 +393,31 @@ def _load_versions(
     deps: sqlite3.Connection,
     progress: Callable[[str, int], None] | None,
 ) -> int:
+    # One connection for the whole pass; its transaction is committed every COMMIT_ROWS.
+    with db.engine.connect() as conn:
+        return _write_versions(db, conn, path, crates, deps, progress)
+
+
+def _write_versions(
+    db: Database,
+    conn: Connection,
+    path: Path,
+    crates: dict[str, CrateInfo],
+    deps: sqlite3.Connection,
+    progress: Callable[[str, int], None] | None,
+) -> int:
     matcher = LicenseMatcher.load(db)
+    writer = BulkUpsert(db.version, VERSION_ROW)
+    # Version numbers repeat across crates (0.1.0, 1.0.0…): their sort keys are kept in a
+    # bounded cache by text, not per crate, so memory does not grow with the registry.
+    version_key = lru_cache(maxsize=VERSION_KEYS)(sort_key)
     now = utcnow()
-    loaded = 0
-    batch: list[tuple[str, dict[str, Any]]] = []
-    scm_cache: dict[str, str | None] = {}
+    loaded = uncommitted = 0
+    ids: list[str] = []
+    batch: list[list[Any]] = []
+    features_cache: dict[str, str | None] = {}
 
     def flush() -> None:
-        ids = [vid for vid, _ in batch]
         found: dict[str, list[str]] = {}
         for start in range(0, len(ids), 900):
             chunk = ids[start : start + 900]
@@ -269,92 +428,110 @@ def _load_versions(
                 chunk,
             ):
                 found.setdefault(str(version_id), []).append(body)
-        rows = []
-        for vid, row in batch:
-            row["DEPENDENCIES"] = "[" + ",".join(found.get(vid, [])) + "]"
-            rows.append(row)
-        with db.engine.begin() as conn:
-            upsert(conn, db.version, rows)
+        for vid, row in zip(ids, batch, strict=True):
+            row.append("[" + ",".join(found.get(vid, ())) + "]")
+        writer.execute(conn, batch)  # inside the open transaction (autobegun)
+        ids.clear()
         batch.clear()
 
-    for _table, reader in iter_csv(path, {"versions"}):
-        for record in reader:
-            crate = crates.get(record["crate_id"])
+    for rows in iter_csv(path, {"versions"}):
+        i_id, i_crate, i_num = _column(rows, "id"), _column(rows, "crate_id"), _column(rows, "num")
+        i_yanked, i_license = rows.index("yanked"), rows.index("license")
+        i_features, i_description = rows.index("features"), rows.index("description")
+        i_checksum, i_sha256 = rows.index("checksum"), rows.index("tar_sha256")
+        i_rust, i_links = rows.index("rust_version"), rows.index("links")
+        i_downloads, i_created = rows.index("downloads"), rows.index("created_at")
+        for record in rows:
+            crate_id = record[i_crate]
+            crate = crates.get(crate_id)
             if crate is None:
                 continue
-            num, yanked = record["num"], _bool(record.get("yanked"))
+            num, yanked = record[i_num], _bool(_field(record, i_yanked))
             crate.versions += 1
             rank = _rank(num, yanked)
             best = crate.best.get(rank)
-            if best is None or sort_key(num) > sort_key(best):
+            if best is None or version_key(num) > version_key(best):
                 crate.best[rank] = num
-            license_text = _text(record.get("license"))
+            license_text = _text(_field(record, i_license))
             standard = matcher.standardise(license_text)
-            features = record.get("features") or "{}"
+            features_text = _field(record, i_features) or "{}"
+            features = features_cache.get(features_text)
+            if features is None:
+                if len(features_cache) >= FEATURES_CACHE:
+                    features_cache.clear()
+                features = features_cache[features_text] = dumps(json.loads(features_text))
+            checksum = _field(record, i_checksum)
+            if not checksum:
+                raw = _field(record, i_sha256) or ""
+                checksum = raw[2:] if raw.startswith("\\x") else (raw or None)
+            ids.append(record[i_id])
             batch.append(
-                (
-                    record["id"],
-                    {
-                        "LANGUAGE": LANGUAGE,
-                        "REPOSITORY": REPOSITORY,
-                        "PRODUCT_KEY": crate.name.lower(),
-                        "VERSION": num,
-                        "NAME": crate.name,
-                        "DESCRIPTION": _text(record.get("description")) or crate.description,
-                        "LICENSE": license_text,
-                        "STANDARD_LICENSE": standard.standard_license,
-                        "LICENSE_IDS": standard.license_ids,
-                        "LICENSE_EXPRESSION": standard.expression,
-                        "LICENSE_AI": None,
-                        "FEATURES": dumps(json.loads(features)),
-                        "CHECKSUM": _checksum(record),
-                        "YANKED": yanked,
-                        "RUST_VERSION": _text(record.get("rust_version")),
-                        "LINKS": _text(record.get("links")),
-                        "URL": f"{CRATES_IO_PAGE}{crate.name}/{num}",
-                        "SCM": scm_cache.setdefault(record["crate_id"], crate.scm),
-                        "DOWNLOADS": _int(record.get("downloads")),
-                        "RELEASE_DATE": _time(record.get("created_at")),
-                        "PROCESSED": 1,
-                        "LAST_UPDATED": now,
-                    },
-                )
+                [
+                    LANGUAGE,
+                    REPOSITORY,
+                    crate.name.lower(),
+                    num,
+                    crate.name,
+                    _text(_field(record, i_description)) or crate.description,
+                    license_text,
+                    standard.standard_license,
+                    standard.license_ids,
+                    standard.expression,
+                    None,
+                    features,
+                    checksum,
+                    yanked,
+                    _text(_field(record, i_rust)),
+                    _text(_field(record, i_links)),
+                    f"{CRATES_IO_PAGE}{crate.name}/{num}",
+                    crate.scm,
+                    _int(_field(record, i_downloads)),
+                    _time(_field(record, i_created)),
+                    1,
+                    now,
+                ]
             )
-            if len(batch) >= BATCH:
+            if len(batch) >= WRITE_BATCH:
                 loaded += len(batch)
+                uncommitted += len(batch)
                 flush()
-                if progress is not None:
-                    progress("versions", loaded)
+                if uncommitted >= COMMIT_ROWS:
+                    conn.commit()
+                    uncommitted = 0
+                    if progress is not None:
+                        progress("versions", loaded)
     if batch:
         loaded += len(batch)
         flush()
+    conn.commit()
     return loaded
 
 
 def _load_products(db: Database, crates: dict[str, CrateInfo]) -> int:
     now = utcnow()
-    rows = []
+    writer = BulkUpsert(db.product, PRODUCT_ROW)
+    rows: list[tuple[Any, ...]] = []
     for crate in crates.values():
         latest = next((crate.best[r] for r in (0, 1, 2) if r in crate.best), None)
         rows.append(
-            {
-                "LANGUAGE": LANGUAGE,
-                "REPOSITORY": REPOSITORY,
-                "PRODUCT_KEY": crate.name.lower(),
-                "NAME": crate.name,
-                "DESCRIPTION": crate.description,
-                "LATEST_VERSION": latest,
-                "COMP_STATUS": "ACTIVE" if 0 in crate.best or 1 in crate.best else "YANKED",
-                "URL": CRATES_IO_PAGE + crate.name,
-                "SCM": crate.scm,
-                "KEYWORDS": dumps(sorted(set(crate.keywords))),
-                "CATEGORIES": dumps(sorted(set(crate.categories))),
-                "DOWNLOADS": crate.downloads,
-                "VERSION_COUNT": crate.versions,
-                "LAST_UPDATED": now,
-            }
+            (
+                LANGUAGE,
+                REPOSITORY,
+                crate.name.lower(),
+                crate.name,
+                crate.description,
+                latest,
+                "ACTIVE" if 0 in crate.best or 1 in crate.best else "YANKED",
+                CRATES_IO_PAGE + crate.name,
+                crate.scm,
+                dumps(sorted(set(crate.keywords))),
+                dumps(sorted(set(crate.categories))),
+                crate.downloads,
+                crate.versions,
+                now,
+            )
         )
     for start in range(0, len(rows), BATCH):
         with db.engine.begin() as conn:
-            upsert(conn, db.product, rows[start : start + BATCH])
+            writer.execute(conn, rows[start : start + BATCH])
     return len(rows)

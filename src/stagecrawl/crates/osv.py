@@ -31,6 +31,8 @@ import zipfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +43,8 @@ from stagecrawl.crates.api import parse_time
 from stagecrawl.crates.queue import utcnow
 from stagecrawl.crates.semver import Version
 from stagecrawl.errors import InputError
-from stagecrawl.storage.db import Database, dumps, upsert
+from stagecrawl.storage.bulk import BulkUpsert
+from stagecrawl.storage.db import Database, dumps
 
 log = logging.getLogger("stagecrawl.osv")
 
@@ -49,7 +52,7 @@ DEFAULT_OSV_URL = "https://osv-vulnerabilities.storage.googleapis.com/crates.io/
 MAX_ARCHIVE_BYTES = 512 * 1024 * 1024
 MAX_ENTRY_BYTES = 4 * 1024 * 1024
 MAPPED_TYPE = "RE"
-BATCH = 500
+BATCH = 2000
 # `introduced` values meaning "from the very first version": "0" by the schema, and 0.0.0-0,
 # which RustSec writes and below which SemVer has no version.
 LOWEST = frozenset({"0", "0.0.0-0"})
@@ -86,11 +89,13 @@ class Interval:
             return f"{low},)"
         return f"{low},{self.high}{']' if self.high_inclusive else ')'}"
 
-    @property
+    # Parsed once per interval (an import tests every collected version against it);
+    # cached_property writes the instance dict, which a frozen dataclass allows.
+    @cached_property
     def low_version(self) -> Version | None:
         return None if self.low is None else Version.parse(self.low)
 
-    @property
+    @cached_property
     def high_version(self) -> Version | None:
         return None if self.high is None else Version.parse(self.high)
 
@@ -212,11 +217,14 @@ class Affected:
         return [r.text() for r in self.ranges] + [f"[{v},{v}]" for v in self.versions]
 
     def hits(self, version: str) -> bool:
+        return self.hits_parsed(version, _parsed(version))
+
+    def hits_parsed(self, version: str, parsed: Version | None) -> bool:
+        """`hits` with the version already parsed (None: not SemVer), for a caller testing
+        one version against many advisories."""
         if version in self.versions:
             return True
-        try:
-            parsed = Version.parse(version)
-        except ValueError:
+        if parsed is None:
             return False
         return any(r.contains(parsed) for r in self.ranges)
 
@@ -555,9 +563,10 @@ def import_advisories(
                 )
             )
         }
-        collected: dict[str, list[str]] = {}
+        # Each collected version parsed once, not once per advisory that names its crate.
+        collected: dict[str, list[tuple[str, Version | None]]] = {}
         for r in conn.execute(select(db.version.c.PRODUCT_KEY, db.version.c.VERSION)):
-            collected.setdefault(str(r[0]).lower(), []).append(r[1])
+            collected.setdefault(str(r[0]).lower(), []).append((r[1], _parsed(r[1])))
 
     now = utcnow()
     raw_rows: list[dict[str, Any]] = []
@@ -568,6 +577,7 @@ def import_advisories(
         if advisory.informational:
             report.informational += 1
         vid = advisory.vuln_id
+        shared: dict[str, Any] | None = None  # the advisory's own RAW columns, made once
         for affected in advisory.crates:
             report.pairs += 1
             key = (advisory.osv_id, affected.product_key)
@@ -576,7 +586,9 @@ def import_advisories(
             if previous is _ABSENT or (
                 modified is not None and (previous is None or previous < modified)
             ):
-                raw_rows.append(_raw_row(advisory, affected, now))
+                if shared is None:
+                    shared = _raw_columns(advisory)
+                raw_rows.append(_raw_row(shared, affected, now))
                 report.withdrawn += advisory.withdrawn is not None
             else:
                 report.unchanged += 1
@@ -594,8 +606,8 @@ def import_advisories(
                 }
             if advisory.withdrawn is not None:
                 continue
-            for version in collected.get(affected.product_key, []):
-                if affected.hits(version):
+            for version, parsed in collected.get(affected.product_key, []):
+                if affected.hits_parsed(version, parsed):
                     hits_wanted[(affected.product_key, version, advisory.osv_id)] = {
                         "PRODUCT_KEY": affected.product_key,
                         "VERSION": version,
@@ -622,12 +634,21 @@ def import_advisories(
         _delete_many(conn, raw, ("OSV_ID", "PRODUCT_KEY"), raw_gone)
         _delete_many(conn, v1, ("PRODUCT_KEY", "VULN_ID", "OSV_ID"), v1_gone)
         _delete_many(conn, hit, ("PRODUCT_KEY", "VERSION", "OSV_ID"), hits_gone)
-        for start in range(0, len(raw_rows), BATCH):
-            upsert(conn, raw, raw_rows[start : start + BATCH])
-        for start in range(0, len(v1_new), BATCH):
-            upsert(conn, v1, v1_new[start : start + BATCH])
-        for start in range(0, len(hits_new), BATCH):
-            upsert(conn, hit, hits_new[start : start + BATCH])
+        _upsert_many(conn, raw, raw_rows)
+        _upsert_many(conn, v1, v1_new)
+        _upsert_many(conn, hit, hits_new)
+
+
+def _upsert_many(conn: Connection, table: Table, rows: list[dict[str, Any]]) -> None:
+    """Rows (dicts with the same keys) as driver executemany batches of the compiled upsert:
+    SQLAlchemy's per-row parameter handling would cost more than the writes."""
+    if not rows:
+        return
+    columns = list(rows[0])
+    writer = BulkUpsert(table, columns)
+    values = itemgetter(*columns)
+    for start in range(0, len(rows), BATCH):
+        writer.execute(conn, [values(row) for row in rows[start : start + BATCH]])
 
 
 def _folded_ids(source: list[dict[str, Any]]) -> set[str]:
@@ -651,11 +672,12 @@ def _delete_many(
         conn.execute(statement, rows[start : start + BATCH])
 
 
-def _raw_row(advisory: Advisory, affected: Affected, now: datetime) -> dict[str, Any]:
+def _raw_columns(advisory: Advisory) -> dict[str, Any]:
+    """The RAW columns that are the advisory's, the same for every crate it names (its JSON
+    is serialised once, not once per crate)."""
     record = advisory.record
     return {
         "OSV_ID": advisory.osv_id,
-        "PRODUCT_KEY": affected.product_key,
         "VULN_ID": advisory.vuln_id,
         "ALIASES": dumps(advisory.aliases),
         "SUMMARY": advisory.summary,
@@ -664,11 +686,25 @@ def _raw_row(advisory: Advisory, affected: Affected, now: datetime) -> dict[str,
         "MODIFIED": advisory.modified,
         "WITHDRAWN": advisory.withdrawn,
         "INFORMATIONAL": advisory.informational,
-        "VULN_RANGE": affected.range_text(),
         "MAPPED_TYPE": MAPPED_TYPE,
         "OSV_JSON": dumps(record),
+    }
+
+
+def _raw_row(shared: dict[str, Any], affected: Affected, now: datetime) -> dict[str, Any]:
+    return {
+        **shared,
+        "PRODUCT_KEY": affected.product_key,
+        "VULN_RANGE": affected.range_text(),
         "LAST_UPDATED": now,
     }
+
+
+def _parsed(version: str) -> Version | None:
+    try:
+        return Version.parse(version)
+    except ValueError:
+        return None
 
 
 _ABSENT: Any = object()

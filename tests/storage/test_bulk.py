@@ -1,0 +1,107 @@
+"""BulkUpsert stores exactly what `storage.db.upsert` stores, on every backend: the bulk
+loaders (dbdump, OSV import) switched to it and their tables must not change by a byte."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stagecrawl.storage.bulk import BulkUpsert
+from stagecrawl.storage.db import Database, upsert
+from tests.crates.conftest import _drop_tables
+from tests.services import MARIADB_URL, POSTGRES_URL
+
+COLUMNS = (
+    "LANGUAGE",
+    "REPOSITORY",
+    "PRODUCT_KEY",
+    "VERSION",
+    "NAME",
+    "DESCRIPTION",
+    "DEPENDENCIES",
+    "FEATURES",
+    "YANKED",
+    "DOWNLOADS",
+    "RELEASE_DATE",
+    "LAST_UPDATED",
+)  # PROCESSED left out: its column default (1) is written, as Core writes it
+
+
+@pytest.fixture(params=["sqlite", "mariadb", "postgresql"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
+    if request.param == "sqlite":
+        database = Database(f"sqlite:///{tmp_path / 'bulk.db'}")
+        yield database
+        database.dispose()
+        return
+    url = MARIADB_URL if request.param == "mariadb" else POSTGRES_URL
+    _drop_tables(url)
+    database = Database(url)
+    yield database
+    database.dispose()
+    _drop_tables(url)
+
+
+def rows(description: str, when: datetime) -> list[tuple[Any, ...]]:
+    return [
+        (
+            "rust",
+            "Cargo",
+            f"crate-{n}",
+            f"1.{n}.0-ß",
+            f"Crate-{n}",
+            None if n % 3 == 0 else f"{description} «{n}»",
+            "[]",
+            '{"std":[]}',
+            n % 2 == 0,
+            None if n % 4 == 0 else n * 1_000_000_000,
+            None if n % 5 == 0 else datetime(2024, 1, 1 + n % 28, 12, 30, 5),
+            when,
+        )
+        for n in range(12)
+    ]
+
+
+def raw_table(db: Database) -> list[tuple[Any, ...]]:
+    """The stored values as the driver returns them (for SQLite: the stored text itself)."""
+    with db.engine.connect() as conn:
+        quote = db.engine.dialect.identifier_preparer.format_table(db.version)
+        result = conn.exec_driver_sql(f"SELECT * FROM {quote}")
+        return sorted(tuple(row) for row in result.fetchall())
+
+
+def write_both_ways(db: Database, writer: str) -> list[tuple[Any, ...]]:
+    first = rows("first", datetime(2026, 1, 1, 8, 0, 0))
+    # The second pass updates every row through the case-insensitive key (CRATE-n).
+    second = [
+        (r[0], r[1], r[2].upper(), *r[3:5], "second", *r[6:11], datetime(2026, 1, 2)) for r in first
+    ]
+    with db.engine.begin() as conn:
+        conn.execute(db.version.delete())
+    for batch in (first, second):
+        with db.engine.begin() as conn:
+            if writer == "core":
+                upsert(conn, db.version, [dict(zip(COLUMNS, r, strict=True)) for r in batch])
+            else:
+                BulkUpsert(db.version, COLUMNS).execute(conn, batch)
+    return raw_table(db)
+
+
+def test_bulk_upsert_stores_what_core_upsert_stores(db: Database) -> None:
+    core = write_both_ways(db, "core")
+    bulk = write_both_ways(db, "bulk")
+    assert len(bulk) == 12
+    assert bulk == core
+    assert {r[4] for r in bulk} == {f"Crate-{n}" for n in range(12)}  # updated, not added
+
+
+def test_bulk_upsert_refuses_rows_it_cannot_key(db: Database) -> None:
+    with pytest.raises(ValueError, match="key columns"):
+        BulkUpsert(db.version, ["LANGUAGE", "NAME"])
+    writer = BulkUpsert(db.version, COLUMNS)
+    with db.engine.begin() as conn, pytest.raises(ValueError, match="12 values"):
+        writer.execute(conn, [("rust", "Cargo")])
