@@ -151,7 +151,7 @@ def main() -> None:
     if not args.skip_workers:
         console.print(workers_bench(args.crates, args.versions))
     console.print(dump_bench(args.dump_crates, args.dump_versions))
-    print("targets: dbdump RSS < 300 MB, >= 20k versions/s on SQLite", file=sys.stderr)
+    print("targets: dbdump RSS < 150 MB, >= 20k versions/s on SQLite", file=sys.stderr)
 
 
 if __name__ == "__main__":
