@@ -22,7 +22,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.elements import ColumnElement
 
 from stagecrawl.crates.names import event_id, identity_key
-from stagecrawl.storage.db import Database, dumps
+from stagecrawl.storage.db import Database, dumps, executemany
 
 PENDING, COLLECTED, SKIPPED, NOT_FOUND = 0, 1, 2, 4
 TRANSIENT_FIRST, TRANSIENT_LAST, GAVE_UP = 30, 34, 39
@@ -74,6 +74,16 @@ class RegisterCounts:
         self.requeued += other.requeued
 
 
+# Events per registering transaction: large, so a million events cost a few hundred commits and
+# executemany calls, and within SQLite's 32,766 bound parameters for the `ID IN (…)` read.
+REGISTER_CHUNK = 5000
+
+
+def _tags_json(tags: Iterable[str]) -> str:
+    unique = sorted(set(tags))
+    return dumps(unique) if unique else "[]"  # most events have no tags: no encoder call
+
+
 def _merge_sources(existing: str, new: str) -> str:
     return ",".join(sorted(set(filter(None, existing.split(","))) | {new}))
 
@@ -93,8 +103,8 @@ def register(db: Database, events: Iterable[NewEvent], resync: bool = False) -> 
         by_id[key] = ev
     counts = RegisterCounts()
     ids = list(by_id)
-    for start in range(0, len(ids), 500):
-        chunk = ids[start : start + 500]
+    for start in range(0, len(ids), REGISTER_CHUNK):
+        chunk = ids[start : start + REGISTER_CHUNK]
         try:
             counts.add(_register_chunk(db, chunk, by_id, resync))
         except IntegrityError:
@@ -138,7 +148,7 @@ def _register_chunk(
                         "VERSION": ev.version,
                         "SOURCE": ev.source,
                         "RESOLVE_KIND": ev.resolve_kind,
-                        "REF_TAGS": dumps(sorted(set(ev.ref_tags))),
+                        "REF_TAGS": _tags_json(ev.ref_tags),
                         "YANKED": ev.yanked,
                         "PROCESSED": PENDING,
                         "RESYNC": False,
@@ -148,8 +158,12 @@ def _register_chunk(
                 )
                 continue
             source = _merge_sources(row.SOURCE, ev.source)
-            merged_tags = sorted(set(json.loads(row.REF_TAGS or "[]")) | set(ev.ref_tags))
-            tags_json = dumps(merged_tags)
+            old_tags = row.REF_TAGS or "[]"
+            tags_json = (
+                old_tags
+                if old_tags == "[]" and not ev.ref_tags
+                else _tags_json([*json.loads(old_tags), *ev.ref_tags])
+            )
             kind = row.RESOLVE_KIND or ev.resolve_kind
             requeue = resync and row.PROCESSED not in CLAIMABLE
             changed = (
@@ -175,11 +189,13 @@ def _register_chunk(
                 }
             )
         if inserts:
-            conn.execute(table.insert(), inserts)
+            executemany(conn, ("register-insert", tuple(inserts[0])), table.insert, inserts)
             counts.new += len(inserts)
         if updates:
-            conn.execute(
-                update(table)
+            executemany(
+                conn,
+                ("register-update",),
+                lambda: update(table)
                 .where(table.c.ID == bindparam("b_id"))
                 .values(
                     SOURCE=bindparam("SOURCE"),
@@ -310,7 +326,7 @@ def next_lease_expiry(db: Database, exclude_crates: set[str] | None = None) -> d
     )
     if exclude_crates:
         condition = and_(condition, table.c.CRATE_NAME.not_in(sorted(exclude_crates)))
-    with db.engine.connect() as conn:
+    with db.reading() as conn:
         value = conn.execute(select(func.min(table.c.CLAIMED_UNTIL)).where(condition)).scalar()
     return value if isinstance(value, datetime) else None
 

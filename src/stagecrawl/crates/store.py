@@ -92,7 +92,7 @@ def existing_versions(db: Database, product_keys: Sequence[str]) -> dict[str, se
     found: dict[str, set[str]] = {key: set() for key in product_keys}
     if not product_keys:
         return found
-    with db.engine.connect() as conn:
+    with db.reading() as conn:
         rows = conn.execute(
             select(table.c.PRODUCT_KEY, table.c.VERSION).where(
                 table.c.LANGUAGE == literal(LANGUAGE),

@@ -281,7 +281,7 @@ class CratesQueue:
 
     def pending_count(self) -> int:
         table = self.db.list
-        with self.db.engine.connect() as conn:
+        with self.db.reading() as conn:
             return int(
                 conn.execute(
                     select(func.count()).where(

@@ -7,10 +7,13 @@ compact JSON written by stagecrawl, so every backend stores the same bytes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from operator import itemgetter
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +37,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.sql.expression import Executable
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 
 from stagecrawl.errors import StorageError
@@ -42,6 +46,9 @@ from stagecrawl.secrets import mask_url, redact
 log = logging.getLogger("stagecrawl.storage")
 
 DEFAULT_DB_URL = "sqlite:///stagecrawl.db"
+# Execution option of a connection that only reads (Database.reading): on SQLite its
+# transactions begin deferred and never take the write lock.
+READING = "stagecrawl_reading"
 JsonText = Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
 BigCount = (
     Integer()
@@ -409,6 +416,18 @@ class Database:
             return PG_CI_COLLATION
         return None
 
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[Connection]:
+        """A connection for reads only. On SQLite its transaction begins deferred (plain
+        BEGIN): in WAL mode a reader sees the last committed snapshot and never waits for the
+        writer, nor makes it wait. It is also `query_only`, so a write on it fails at once
+        instead of trying to upgrade a read snapshot to the write lock (which can fail with
+        SQLITE_BUSY half-way, the reason writers begin IMMEDIATE). Elsewhere it is a plain
+        connection."""
+        with self.engine.connect() as conn:
+            conn.execution_options(**{READING: True})
+            yield conn
+
     def dispose(self) -> None:
         self.engine.dispose()
 
@@ -445,9 +464,10 @@ def _sqlite_read_only(url: URL) -> URL:
 
 
 def _sqlite_immediate_transactions(engine: Engine, read_only: bool = False) -> None:
-    """SQLite is single-writer: every transaction takes the write lock up front (BEGIN
+    """SQLite is single-writer: a writing transaction takes the write lock up front (BEGIN
     IMMEDIATE), so two writers queue instead of failing half-way (SQLAlchemy's documented
-    recipe for pysqlite transaction control)."""
+    recipe for pysqlite transaction control). A transaction on a `Database.reading()`
+    connection begins deferred and is query-only: readers never take the lock."""
 
     @event.listens_for(engine, "connect")
     def _connect(dbapi_connection: Any, _record: Any) -> None:
@@ -458,7 +478,15 @@ def _sqlite_immediate_transactions(engine: Engine, read_only: bool = False) -> N
 
     @event.listens_for(engine, "begin")
     def _begin(conn: Connection) -> None:
-        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+        reading = read_only or bool(conn.get_execution_options().get(READING))
+        if not read_only:
+            # query_only follows the connection's role; the pooled DBAPI connection remembers
+            # its last setting so the pragma is sent only when the role changes.
+            info = conn.connection.info
+            if info.get(READING, False) != reading:
+                conn.exec_driver_sql(f"PRAGMA query_only={int(reading)}")
+                info[READING] = reading
+        conn.exec_driver_sql("BEGIN" if reading else "BEGIN IMMEDIATE")
 
 
 def upsert(
@@ -467,24 +495,136 @@ def upsert(
     rows: Sequence[dict[str, Any]],
     update: Iterable[str] | None = None,
 ) -> None:
-    """Insert rows, or update the given columns where the primary key already exists."""
+    """Insert rows, or update the given columns where the primary key already exists.
+
+    Every row has the keys of the first one. The rows go to the driver's executemany in one
+    call (see `executemany`): on pymysql that is multi-row INSERTs, on psycopg a pipeline."""
     if not rows:
         return
     keys = [c.name for c in table.primary_key.columns]
-    columns = list(update) if update is not None else [k for k in rows[0] if k not in keys]
-    name = conn.dialect.name
-    if name in ("mysql", "mariadb"):
+    columns = tuple(update) if update is not None else tuple(k for k in rows[0] if k not in keys)
+    shape = ("upsert", table.name, tuple(rows[0]), columns)
+    executemany(conn, shape, lambda: _upsert_statement(conn.dialect.name, table, keys, columns), rows)
+
+
+def _upsert_statement(
+    dialect: str, table: Table, keys: list[str], columns: Sequence[str]
+) -> Executable:
+    if dialect in ("mysql", "mariadb"):
         my = mysql.insert(table)
-        conn.execute(my.on_duplicate_key_update({c: my.inserted[c] for c in columns}), rows)
-    elif name == "postgresql":
+        return my.on_duplicate_key_update({c: my.inserted[c] for c in columns})
+    if dialect == "postgresql":
         pg = postgresql.insert(table)
-        pg_stmt = pg.on_conflict_do_update(
+        return pg.on_conflict_do_update(
             index_elements=keys, set_={c: pg.excluded[c] for c in columns}
         )
-        conn.execute(pg_stmt, rows)
+    lite = sqlite.insert(table)
+    return lite.on_conflict_do_update(
+        index_elements=keys, set_={c: lite.excluded[c] for c in columns}
+    )
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    sql: str
+    names: tuple[str, ...]  # parameter order (positional) or keys (named)
+    positional: bool
+    processors: tuple[tuple[int, str, Callable[[Any], Any]], ...]  # (position, name, convert)
+    defaults: tuple[tuple[str, Any], ...]  # scalar column defaults of binds a row may lack
+
+
+_COMPILED: dict[tuple[int, Hashable], _Compiled] = {}
+
+
+def executemany(
+    conn: Connection,
+    shape: Hashable,
+    build: Callable[[], Executable],
+    rows: Sequence[Mapping[str, Any]],
+) -> None:
+    """Run one Core statement for many rows through the driver's executemany.
+
+    SQLAlchemy's own executemany processes each row's parameters in Python (several µs per
+    value), which was most of the cost of collect and register. Here the statement is compiled
+    once per `shape` (a key naming the statement and the row keys it is given) and dialect, the
+    type conversions the dialect needs (SQLite's DATETIME text, booleans) are applied to the
+    values that need one, and the tuples go to the driver in one call (`exec_driver_sql`, so
+    errors are SQLAlchemy's). All rows must have the keys of the first."""
+    if not rows:
+        return
+    dialect = conn.dialect
+    compiled = _COMPILED.get((id(dialect), shape))
+    if compiled is None:
+        compiled = _compile(build(), dialect, list(rows[0]))
+        _COMPILED[(id(dialect), shape)] = compiled
+    names = compiled.names
+    if compiled.defaults:
+        fill = dict(compiled.defaults)
+        rows = [{**fill, **row} for row in rows]
+    params: list[Any]
+    if compiled.positional:
+        take = itemgetter(*names)  # one C call per row
+        if len(names) == 1:
+            params = [(take(row),) for row in rows]
+        elif not compiled.processors:
+            params = [take(row) for row in rows]
+        else:
+            lists = [list(take(row)) for row in rows]
+            for position, _name, convert in compiled.processors:
+                done: dict[Any, Any] = {}  # the same value (a batch's `now`) converted once
+                for values in lists:
+                    value = values[position]
+                    if value is None:
+                        continue
+                    try:
+                        out = done.get(value, done)
+                        if out is done:
+                            out = done[value] = convert(value)
+                    except TypeError:  # unhashable
+                        out = convert(value)
+                    values[position] = out
+            params = [tuple(values) for values in lists]
     else:
-        lite = sqlite.insert(table)
-        lite_stmt = lite.on_conflict_do_update(
-            index_elements=keys, set_={c: lite.excluded[c] for c in columns}
-        )
-        conn.execute(lite_stmt, rows)
+        params = [{n: row[n] for n in names} for row in rows]
+        for _position, name, convert in compiled.processors:
+            for named in params:
+                value = named[name]
+                if value is not None:
+                    named[name] = convert(value)
+    conn.exec_driver_sql(compiled.sql, params)
+
+
+def _compile(statement: Executable, dialect: Any, keys: list[str]) -> _Compiled:
+    compiled = statement.compile(dialect=dialect, column_keys=keys)  # type: ignore[attr-defined]
+    binds = compiled.binds
+    if compiled.positional:
+        names = tuple(compiled.positiontup or ())
+    else:
+        names = tuple(binds)
+    escaped = getattr(compiled, "escaped_bind_names", None) or {}
+    if escaped:
+        raise StorageError(f"bulk statement with escaped parameter names: {escaped}")
+    processors = []
+    defaults = []
+    for position, name in enumerate(names):
+        bind = binds[name]
+        impl = bind.type.dialect_impl(dialect)
+        convert = impl.bind_processor(dialect)
+        # Bytes need no wrapping: sqlite3, pymysql and psycopg bind them as BLOB/bytea.
+        if convert is not None and not isinstance(impl, LargeBinary):
+            processors.append((position, name, convert))
+        if name not in keys:
+            column = _column_of(statement, name)
+            default = column.default if column is not None else None
+            if default is None or not default.is_scalar:
+                raise StorageError(f"bulk statement needs a value for {name}")
+            defaults.append((name, default.arg))
+    return _Compiled(compiled.string, names, compiled.positional, tuple(processors), tuple(defaults))
+
+
+def _column_of(statement: Executable, name: str) -> Column[Any] | None:
+    table = getattr(statement, "table", None)
+    if table is None or name not in table.c:
+        return None
+    column: Column[Any] = table.c[name]
+    return column
