@@ -22,7 +22,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.elements import ColumnElement
 
 from stagecrawl.crates.names import event_id, identity_key
-from stagecrawl.storage.db import Database, dumps, executemany
+from stagecrawl.storage.db import Database, executemany
 
 PENDING, COLLECTED, SKIPPED, NOT_FOUND = 0, 1, 2, 4
 TRANSIENT_FIRST, TRANSIENT_LAST, GAVE_UP = 30, 34, 39
@@ -81,7 +81,8 @@ REGISTER_CHUNK = 5000
 
 def _tags_json(tags: Iterable[str]) -> str:
     unique = sorted(set(tags))
-    return dumps(unique) if unique else "[]"  # most events have no tags: no encoder call
+    # most events have no tags: no encoder call
+    return json.dumps(unique, separators=(",", ":"), ensure_ascii=False) if unique else "[]"
 
 
 def _merge_sources(existing: str, new: str) -> str:
@@ -195,15 +196,17 @@ def _register_chunk(
             executemany(
                 conn,
                 ("register-update",),
-                lambda: update(table)
-                .where(table.c.ID == bindparam("b_id"))
-                .values(
-                    SOURCE=bindparam("SOURCE"),
-                    REF_TAGS=bindparam("REF_TAGS"),
-                    YANKED=bindparam("YANKED"),
-                    RESOLVE_KIND=bindparam("RESOLVE_KIND"),
-                    RESYNC=or_(table.c.RESYNC, bindparam("RESYNC")),
-                    LAST_UPDATED=bindparam("LAST_UPDATED"),
+                lambda: (
+                    update(table)
+                    .where(table.c.ID == bindparam("b_id"))
+                    .values(
+                        SOURCE=bindparam("SOURCE"),
+                        REF_TAGS=bindparam("REF_TAGS"),
+                        YANKED=bindparam("YANKED"),
+                        RESOLVE_KIND=bindparam("RESOLVE_KIND"),
+                        RESYNC=or_(table.c.RESYNC, bindparam("RESYNC")),
+                        LAST_UPDATED=bindparam("LAST_UPDATED"),
+                    )
                 ),
                 updates,
             )

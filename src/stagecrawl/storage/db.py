@@ -11,9 +11,9 @@ import contextlib
 import json
 import logging
 import os
-from operator import itemgetter
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +37,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, make_url
-from sqlalchemy.sql.expression import Executable
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.sql.expression import Executable
 
 from stagecrawl.errors import StorageError
 from stagecrawl.secrets import mask_url, redact
@@ -504,7 +504,8 @@ def upsert(
     keys = [c.name for c in table.primary_key.columns]
     columns = tuple(update) if update is not None else tuple(k for k in rows[0] if k not in keys)
     shape = ("upsert", table.name, tuple(rows[0]), columns)
-    executemany(conn, shape, lambda: _upsert_statement(conn.dialect.name, table, keys, columns), rows)
+    dialect = conn.dialect.name
+    executemany(conn, shape, lambda: _upsert_statement(dialect, table, keys, columns), rows)
 
 
 def _upsert_statement(
@@ -597,10 +598,7 @@ def executemany(
 def _compile(statement: Executable, dialect: Any, keys: list[str]) -> _Compiled:
     compiled = statement.compile(dialect=dialect, column_keys=keys)  # type: ignore[attr-defined]
     binds = compiled.binds
-    if compiled.positional:
-        names = tuple(compiled.positiontup or ())
-    else:
-        names = tuple(binds)
+    names = tuple(compiled.positiontup or ()) if compiled.positional else tuple(binds)
     escaped = getattr(compiled, "escaped_bind_names", None) or {}
     if escaped:
         raise StorageError(f"bulk statement with escaped parameter names: {escaped}")
@@ -618,8 +616,10 @@ def _compile(statement: Executable, dialect: Any, keys: list[str]) -> _Compiled:
             default = column.default if column is not None else None
             if default is None or not default.is_scalar:
                 raise StorageError(f"bulk statement needs a value for {name}")
-            defaults.append((name, default.arg))
-    return _Compiled(compiled.string, names, compiled.positional, tuple(processors), tuple(defaults))
+            defaults.append((name, getattr(default, "arg", None)))
+    return _Compiled(
+        compiled.string, names, compiled.positional, tuple(processors), tuple(defaults)
+    )
 
 
 def _column_of(statement: Executable, name: str) -> Column[Any] | None:
