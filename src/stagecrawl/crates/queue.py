@@ -240,9 +240,15 @@ def claim(
     lease_seconds: float,
     exclude_crates: set[str] | None = None,
     max_events: int | None = None,
+    after: str | None = None,
 ) -> list[Claimed]:
     """Claim the claimable events of up to `crates` whole crates (so a crate costs one index
-    and one API request, whoever takes it), skipping rows other workers hold."""
+    and one API request, whoever takes it), skipping rows other workers hold.
+
+    `after` (the last crate this worker claimed) starts the search there: the window is read
+    in CRATE_NAME order, and without a starting point every claim would step over all the
+    finished rows before the first claimable one (a claim's cost growing with the work done).
+    When nothing is claimable from there on, the search starts again from the first crate."""
     table = db.list
     now = utcnow()
     claimable = and_(
@@ -251,8 +257,25 @@ def claim(
     )
     if exclude_crates:
         claimable = and_(claimable, table.c.CRATE_NAME.not_in(sorted(exclude_crates)))
-    window = select(table.c.CRATE_NAME).where(claimable).order_by(table.c.CRATE_NAME, table.c.ID)
-    window = window.limit(crates * 64)
+    if db.is_sqlite:
+        # One writer, under the write lock: the first crates in order, read as names only.
+        window = (
+            select(table.c.CRATE_NAME)
+            .where(claimable)
+            .distinct()
+            .order_by(table.c.CRATE_NAME)
+            .limit(crates)
+        )
+    else:
+        # FOR UPDATE allows no DISTINCT: a window of rows, whose crates are taken in order.
+        window = (
+            select(table.c.CRATE_NAME)
+            .where(claimable)
+            .order_by(table.c.CRATE_NAME, table.c.ID)
+            .limit(crates * 64)
+            .with_for_update(skip_locked=True)
+        )
+    windows = [window.where(table.c.CRATE_NAME >= literal(after)), window] if after else [window]
     columns = (
         table.c.ID,
         table.c.CRATE_NAME,
@@ -265,10 +288,12 @@ def claim(
     with db.engine.begin() as conn:
         # Step 1 picks crates from a window of rows nobody else has locked; step 2 takes
         # every claimable event of those crates (MySQL allows no LIMIT inside IN (…)).
-        if not db.is_sqlite:
-            window = window.with_for_update(skip_locked=True)
-        names = list(dict.fromkeys(r[0] for r in conn.execute(window)))[:crates]
-        if not names:
+        names: list[str] = []
+        for candidate in windows:
+            names = list(dict.fromkeys(conn.execute(candidate).scalars().all()))[:crates]
+            if names:
+                break
+        else:
             return []
         query = (
             select(*columns)
@@ -283,12 +308,12 @@ def claim(
         if rows:
             conn.execute(
                 update(table)
-                .where(table.c.ID.in_([r.ID for r in rows]))
+                .where(table.c.ID.in_([r[0] for r in rows]))
                 .values(CLAIMED_BY=worker, CLAIMED_UNTIL=until)
             )
     return [
-        Claimed(r.ID, r.CRATE_NAME, r.NAME, r.VERSION, int(r.PROCESSED), bool(r.RESYNC))
-        for r in rows
+        Claimed(key, crate, name, version, int(processed), bool(resync))
+        for key, crate, name, version, processed, resync in rows
     ]
 
 

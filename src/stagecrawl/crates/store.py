@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import bindparam, func, literal, select, update
+from sqlalchemy import bindparam, func, literal, null, select, update
 
 from stagecrawl.crates.queue import GAVE_UP, Outcome, utcnow
-from stagecrawl.storage.db import Database, upsert
+from stagecrawl.storage.db import Database, executemany, upsert
 
 LANGUAGE, REPOSITORY = "rust", "Cargo"
 
@@ -44,7 +44,7 @@ def write_crates(db: Database, worker: str, batch: Sequence[CrateWrite]) -> list
         )
         if not db.is_sqlite:
             held_query = held_query.with_for_update()
-        held = {row[0] for row in conn.execute(held_query)}
+        held = set(conn.execute(held_query).scalars().all())
         kept = [all(i in held for i in crate.event_ids) for crate in batch]
         writes = [crate for crate, ok in zip(batch, kept, strict=True) if ok]
         versions = [row for crate in writes for row in crate.versions]
@@ -58,17 +58,21 @@ def write_crates(db: Database, worker: str, batch: Sequence[CrateWrite]) -> list
             upsert(conn, db.index_state, states)
         outcomes = [o for crate in writes for o in crate.outcomes]
         if outcomes:
-            conn.execute(
-                update(table)
-                .where(table.c.ID == bindparam("b_id"))
-                .values(
-                    PROCESSED=bindparam("b_processed"),
-                    YANKED=func.coalesce(bindparam("b_yanked"), table.c.YANKED),
-                    LAST_ERROR=bindparam("b_error"),
-                    RESYNC=bindparam("b_resync"),
-                    CLAIMED_BY=None,
-                    CLAIMED_UNTIL=None,
-                    LAST_UPDATED=now,
+            executemany(
+                conn,
+                ("write_crates-outcomes",),
+                lambda: (
+                    update(table)
+                    .where(table.c.ID == bindparam("b_id"))
+                    .values(
+                        PROCESSED=bindparam("b_processed"),
+                        YANKED=func.coalesce(bindparam("b_yanked"), table.c.YANKED),
+                        LAST_ERROR=bindparam("b_error"),
+                        RESYNC=bindparam("b_resync"),
+                        CLAIMED_BY=null(),
+                        CLAIMED_UNTIL=null(),
+                        LAST_UPDATED=bindparam("b_now"),
+                    )
                 ),
                 [
                     {
@@ -79,6 +83,7 @@ def write_crates(db: Database, worker: str, batch: Sequence[CrateWrite]) -> list
                         # a failed resync stays asked for; a done one clears itself
                         "b_resync": o.event.resync
                         and (o.processed >= 30 and o.processed != GAVE_UP),
+                        "b_now": now,
                     }
                     for o in outcomes
                 ],
