@@ -11,11 +11,13 @@ import contextlib
 import json
 import logging
 import os
+import random
+import time
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import (
     Boolean,
@@ -37,7 +39,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.sql.expression import Executable
 
 from stagecrawl.errors import StorageError
@@ -487,6 +489,38 @@ def _sqlite_immediate_transactions(engine: Engine, read_only: bool = False) -> N
                 conn.exec_driver_sql(f"PRAGMA query_only={int(reading)}")
                 info[READING] = reading
         conn.exec_driver_sql("BEGIN" if reading else "BEGIN IMMEDIATE")
+
+
+# Errors that roll back a whole transaction because of another one, and say so: MySQL/MariaDB
+# deadlock (1213) and lock wait timeout (1205); PostgreSQL deadlock and serialization failure.
+_CONFLICT_CODES = {1213, 1205}
+_CONFLICT_SQLSTATES = {"40P01", "40001"}
+T = TypeVar("T")
+
+
+def is_conflict(exc: BaseException) -> bool:
+    """A deadlock or lock wait timeout: the transaction was rolled back and may be re-done."""
+    orig = getattr(exc, "orig", None)
+    if orig is None:
+        return False
+    args = getattr(orig, "args", ())
+    if args and args[0] in _CONFLICT_CODES:
+        return True
+    return getattr(orig, "sqlstate", None) in _CONFLICT_SQLSTATES
+
+
+def retry_conflicts(transaction: Callable[[], T], attempts: int = 5) -> T:
+    """Run a whole transaction, again after a deadlock or lock wait timeout (the database
+    rolled all of it back), up to `attempts` times with a short random pause between."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return transaction()
+        except DBAPIError as exc:
+            if attempt == attempts or not is_conflict(exc):
+                raise
+            log.info("transaction rolled back by a conflict (%s); again", _first_line(exc))
+            time.sleep(random.uniform(0.01, 0.05) * attempt)
+    raise AssertionError("unreachable")
 
 
 def upsert(
