@@ -7,12 +7,14 @@ upsert baseline, on SQLite, MariaDB and PostgreSQL, in one run.
 
 Per backend:
 - raw: VERSION rows upserted alone, 1,000-row transactions, the statement compiled once and the
-  driver's executemany on ready tuples: what the database itself takes.
+  driver's executemany on ready tuples: what the database (and its driver) itself takes.
+- raw (Core): the same upserts through SQLAlchemy Core's executemany, as the issue measured.
 - collect: `crates collect` through the pipeline API (as the CLI runs it: default concurrency
   and group commit) against the loopback registry (`stagecrawl.testing.origin`, in its own
   process so it does not share our GIL), rates and the API budget lifted; VERSION rows per
   second of collect wall time (seeding runs before, untimed).
-- collect / raw: the goal is ≥ 0.5 and ≥ 5,000 rows/s on SQLite and MariaDB.
+- collect / raw, for both baselines: the goal is ≥ 0.5 and ≥ 5,000 rows/s on SQLite and
+  MariaDB.
 - register: N LIST events through `queue.register` on an empty LIST (1M on SQLite by
   default, goal ≤ 60 s; `--register-server` on the servers, named in the table).
 
@@ -145,6 +147,25 @@ def raw_upserts(url: str, count: int) -> float:
         seconds = time.perf_counter() - started
     finally:
         raw.close()
+        db.dispose()
+    return seconds
+
+
+def raw_core_upserts(url: str, count: int) -> float:
+    """The same upserts as SQLAlchemy Core executes them (`conn.execute(statement, rows)`,
+    parameters processed per row): how the issue measured its baseline."""
+    db = fresh(url)
+    rows = version_rows(count, datetime(2024, 1, 1, 12, 0, 0))
+    keys = [c.name for c in db.version.primary_key.columns]
+    columns = [k for k in rows[0] if k not in keys]
+    statement = _upsert_statement(db.engine.dialect.name, db.version, keys, columns)
+    try:
+        started = time.perf_counter()
+        for start in range(0, count, 1000):
+            with db.engine.begin() as conn:
+                conn.execute(statement, rows[start : start + 1000])
+        seconds = time.perf_counter() - started
+    finally:
         db.dispose()
     return seconds
 
@@ -308,12 +329,19 @@ def measure(args: argparse.Namespace, tmp: Path, say: Callable[[str], None]) -> 
                 (backend, "raw upsert", f"{args.raw:,}", f"{seconds:.2f}", f"{raw_rate:,.0f}",
                  "1,000-row transactions, driver executemany")
             )  # fmt: skip
+            seconds = raw_core_upserts(url, args.raw)
+            core_rate = args.raw / seconds
+            rows.append(
+                (backend, "raw upsert (Core)", f"{args.raw:,}", f"{seconds:.2f}",
+                 f"{core_rate:,.0f}", "the same through conn.execute(statement, rows)")
+            )  # fmt: skip
             say(f"{backend}: collect")
             done, seconds = collect(url, names, origin.url, args.profile == backend)
             rate = done / seconds
             rows.append(
                 (backend, "collect", f"{done:,}", f"{seconds:.2f}", f"{rate:,.0f}",
-                 f"{rate / raw_rate:.2f} × raw; {args.crates} crates × {args.versions}")
+                 f"{rate / raw_rate:.2f} × raw, {rate / core_rate:.2f} × raw (Core);"
+                 f" {args.crates} crates × {args.versions} versions")
             )  # fmt: skip
             count = args.register if backend == "sqlite" else args.register_server
             if count:
@@ -350,7 +378,7 @@ def main() -> None:
     console = Console(stderr=True)
     with tempfile.TemporaryDirectory() as tmp:
         rows = measure(args, Path(tmp), lambda m: console.log(m))
-    Console().print(table(rows, "SQL path: collect and register against the raw upsert"))
+    Console(width=150).print(table(rows, "SQL path: collect and register against the raw upsert"))
     print(
         "goals: collect ≥ 0.5 × raw and ≥ 5,000 rows/s on SQLite and MariaDB; "
         "1M register ≤ 60 s on SQLite",
