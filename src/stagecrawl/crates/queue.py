@@ -251,31 +251,6 @@ def claim(
     When nothing is claimable from there on, the search starts again from the first crate."""
     table = db.list
     now = utcnow()
-    claimable = and_(
-        or_(table.c.PROCESSED.in_(CLAIMABLE), table.c.RESYNC.is_(True)),
-        or_(table.c.CLAIMED_UNTIL.is_(None), table.c.CLAIMED_UNTIL < now),
-    )
-    if exclude_crates:
-        claimable = and_(claimable, table.c.CRATE_NAME.not_in(sorted(exclude_crates)))
-    if db.is_sqlite:
-        # One writer, under the write lock: the first crates in order, read as names only.
-        window = (
-            select(table.c.CRATE_NAME)
-            .where(claimable)
-            .distinct()
-            .order_by(table.c.CRATE_NAME)
-            .limit(crates)
-        )
-    else:
-        # FOR UPDATE allows no DISTINCT: a window of rows, whose crates are taken in order.
-        window = (
-            select(table.c.CRATE_NAME)
-            .where(claimable)
-            .order_by(table.c.CRATE_NAME, table.c.ID)
-            .limit(crates * 64)
-            .with_for_update(skip_locked=True)
-        )
-    windows = [window.where(table.c.CRATE_NAME >= literal(after)), window] if after else [window]
     columns = (
         table.c.ID,
         table.c.CRATE_NAME,
@@ -286,6 +261,36 @@ def claim(
     )
     until = now + timedelta(seconds=lease_seconds)
     with db.engine.begin() as conn:
+        # The excluded crates are read once the transaction has begun (on SQLite: holds the
+        # write lock): a crate whose failure was written before is in the set the caller
+        # passes (it is added before the write), so it is never claimed twice in one run.
+        excluded = sorted(exclude_crates.copy()) if exclude_crates else []
+        claimable = and_(
+            or_(table.c.PROCESSED.in_(CLAIMABLE), table.c.RESYNC.is_(True)),
+            or_(table.c.CLAIMED_UNTIL.is_(None), table.c.CLAIMED_UNTIL < now),
+        )
+        if excluded:
+            claimable = and_(claimable, table.c.CRATE_NAME.not_in(excluded))
+        if db.is_sqlite:
+            # One writer, under the write lock: the first crates in order, as names only.
+            window = (
+                select(table.c.CRATE_NAME)
+                .where(claimable)
+                .distinct()
+                .order_by(table.c.CRATE_NAME)
+                .limit(crates)
+            )
+        else:
+            # FOR UPDATE allows no DISTINCT: a window of rows, whose crates are taken in order.
+            window = (
+                select(table.c.CRATE_NAME)
+                .where(claimable)
+                .order_by(table.c.CRATE_NAME, table.c.ID)
+                .limit(crates * 64)
+                .with_for_update(skip_locked=True)
+            )
+        after_it = window.where(table.c.CRATE_NAME >= literal(after))
+        windows = [after_it, window] if after else [window]
         # Step 1 picks crates from a window of rows nobody else has locked; step 2 takes
         # every claimable event of those crates (MySQL allows no LIMIT inside IN (…)).
         names: list[str] = []

@@ -268,7 +268,7 @@ class CratesQueue:
             self.worker,
             crates,
             self.settings.lease_seconds,
-            set(self.failed_crates),
+            self.failed_crates,  # live: read inside the claim's transaction
             max_events,
             self._after,
         )

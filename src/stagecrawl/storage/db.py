@@ -13,6 +13,7 @@ import logging
 import os
 import random
 import time
+import weakref
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
@@ -568,7 +569,9 @@ class _Compiled:
     defaults: tuple[tuple[str, Any], ...]  # scalar column defaults of binds a row may lack
 
 
-_COMPILED: dict[tuple[int, Hashable], _Compiled] = {}
+# Per dialect object (so an engine's statements never serve another engine's dialect), kept
+# only as long as the engine is.
+_COMPILED: weakref.WeakKeyDictionary[Any, dict[Hashable, _Compiled]] = weakref.WeakKeyDictionary()
 
 
 def executemany(
@@ -588,10 +591,10 @@ def executemany(
     if not rows:
         return
     dialect = conn.dialect
-    compiled = _COMPILED.get((id(dialect), shape))
+    cache = _COMPILED.setdefault(dialect, {})
+    compiled = cache.get(shape)
     if compiled is None:
-        compiled = _compile(build(), dialect, list(rows[0]))
-        _COMPILED[(id(dialect), shape)] = compiled
+        compiled = cache[shape] = _compile(build(), dialect, list(rows[0]))
     names = compiled.names
     if compiled.defaults:
         fill = dict(compiled.defaults)
