@@ -22,7 +22,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.elements import ColumnElement
 
 from stagecrawl.crates.names import event_id, identity_key
-from stagecrawl.storage.db import Database, executemany
+from stagecrawl.storage.db import Database, executemany, in_values
 
 PENDING, COLLECTED, SKIPPED, NOT_FOUND = 0, 1, 2, 4
 TRANSIENT_FIRST, TRANSIENT_LAST, GAVE_UP = 30, 34, 39
@@ -132,7 +132,7 @@ def _register_chunk(
                     table.c.YANKED,
                     table.c.PROCESSED,
                     table.c.RESOLVE_KIND,
-                ).where(table.c.ID.in_(chunk))
+                ).where(in_values(table.c.ID, chunk))
             )
         }
         inserts: list[dict[str, Any]] = []
@@ -313,7 +313,7 @@ def claim(
         if rows:
             conn.execute(
                 update(table)
-                .where(table.c.ID.in_([r[0] for r in rows]))
+                .where(in_values(table.c.ID, [r[0] for r in rows]))
                 .values(CLAIMED_BY=worker, CLAIMED_UNTIL=until)
             )
     return [

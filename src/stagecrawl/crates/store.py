@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import literal, select, update
 
 from stagecrawl.crates.queue import GAVE_UP, Outcome, utcnow
-from stagecrawl.storage.db import Database, retry_conflicts, upsert
+from stagecrawl.storage.db import Database, in_values, retry_conflicts, upsert
 
 LANGUAGE, REPOSITORY = "rust", "Cargo"
 
@@ -47,7 +47,7 @@ def _write_crates(db: Database, worker: str, batch: Sequence[CrateWrite]) -> lis
     ids = [i for crate in batch for i in crate.event_ids]
     with db.engine.begin() as conn:
         held_query = select(table.c.ID).where(
-            table.c.ID.in_(ids),
+            in_values(table.c.ID, ids),
             table.c.CLAIMED_BY == literal(worker),
             table.c.CLAIMED_UNTIL >= literal(now),
         )
@@ -87,7 +87,9 @@ def _write_crates(db: Database, worker: str, batch: Sequence[CrateWrite]) -> lis
                 values["YANKED"] = yanked
             for start in range(0, len(ids), 1000):
                 conn.execute(
-                    update(table).where(table.c.ID.in_(ids[start : start + 1000])).values(**values)
+                    update(table)
+                    .where(in_values(table.c.ID, ids[start : start + 1000]))
+                    .values(**values)
                 )
     return kept
 

@@ -33,6 +33,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    bindparam,
     create_engine,
     event,
     inspect,
@@ -41,7 +42,9 @@ from sqlalchemy import (
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.expression import Executable
+from sqlalchemy.types import NullType
 
 from stagecrawl.errors import StorageError
 from stagecrawl.secrets import mask_url, redact
@@ -490,6 +493,15 @@ def _sqlite_immediate_transactions(engine: Engine, read_only: bool = False) -> N
                 conn.exec_driver_sql(f"PRAGMA query_only={int(reading)}")
                 info[READING] = reading
         conn.exec_driver_sql("BEGIN" if reading else "BEGIN IMMEDIATE")
+
+
+def in_values(column: ColumnElement[Any], values: Sequence[Any]) -> ColumnElement[bool]:
+    """`column IN (values)` with the values handed to the driver as they are: for keys the
+    driver binds natively (bytes, str, int), without SQLAlchemy's per-value processing (a
+    LargeBinary wraps every value, thousands per batch)."""
+    return column.in_(
+        bindparam(f"{column.key}_in", list(values), expanding=True, unique=True, type_=NullType())
+    )
 
 
 # Errors that roll back a whole transaction because of another one, and say so: MySQL/MariaDB
