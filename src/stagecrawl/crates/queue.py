@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, bindparam, func, literal, or_, select, update
+from sqlalchemy import Connection, Table, and_, bindparam, func, literal, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -271,45 +271,11 @@ def claim(
         )
         if excluded:
             claimable = and_(claimable, table.c.CRATE_NAME.not_in(excluded))
-        if db.is_sqlite:
-            # One writer, under the write lock: the first crates in order, as names only.
-            window = (
-                select(table.c.CRATE_NAME)
-                .where(claimable)
-                .distinct()
-                .order_by(table.c.CRATE_NAME)
-                .limit(crates)
-            )
-        else:
-            # FOR UPDATE allows no DISTINCT: a window of rows, whose crates are taken in order.
-            window = (
-                select(table.c.CRATE_NAME)
-                .where(claimable)
-                .order_by(table.c.CRATE_NAME, table.c.ID)
-                .limit(crates * 64)
-                .with_for_update(skip_locked=True)
-            )
-        after_it = window.where(table.c.CRATE_NAME >= literal(after))
-        windows = [after_it, window] if after else [window]
-        # Step 1 picks crates from a window of rows nobody else has locked; step 2 takes
-        # every claimable event of those crates (MySQL allows no LIMIT inside IN (…)).
-        names: list[str] = []
-        for candidate in windows:
-            names = list(dict.fromkeys(conn.execute(candidate).scalars().all()))[:crates]
-            if names:
-                break
-        else:
-            return []
-        query = (
-            select(*columns)
-            .where(claimable, table.c.CRATE_NAME.in_(names))
-            .order_by(table.c.CRATE_NAME, table.c.ID)
+        rows = (
+            _pick_sqlite(conn, table, claimable, columns, crates, max_events, after)
+            if db.is_sqlite
+            else _pick_locking(conn, table, claimable, columns, crates, max_events, after)
         )
-        if max_events is not None:
-            query = query.limit(max_events)
-        if not db.is_sqlite:
-            query = query.with_for_update(skip_locked=True)
-        rows = conn.execute(query).all()
         if rows:
             conn.execute(
                 update(table)
@@ -320,6 +286,86 @@ def claim(
         Claimed(key, crate, name, version, int(processed), bool(resync))
         for key, crate, name, version, processed, resync in rows
     ]
+
+
+def _pick_sqlite(
+    conn: Connection,
+    table: Table,
+    claimable: ColumnElement[bool],
+    columns: Sequence[ColumnElement[Any]],
+    crates: int,
+    max_events: int | None,
+    after: str | None,
+) -> Sequence[Any]:
+    """One writer, under the write lock: the first crates in order (read as names only),
+    then every claimable event of them."""
+    window = (
+        select(table.c.CRATE_NAME)
+        .where(claimable)
+        .distinct()
+        .order_by(table.c.CRATE_NAME)
+        .limit(crates)
+    )
+    windows = [window.where(table.c.CRATE_NAME >= literal(after)), window] if after else [window]
+    for candidate in windows:
+        names = conn.execute(candidate).scalars().all()
+        if names:
+            break
+    else:
+        return []
+    query = (
+        select(*columns)
+        .where(claimable, table.c.CRATE_NAME.in_(names))
+        .order_by(table.c.CRATE_NAME, table.c.ID)
+    )
+    if max_events is not None:
+        query = query.limit(max_events)
+    return conn.execute(query).all()
+
+
+def _pick_locking(
+    conn: Connection,
+    table: Table,
+    claimable: ColumnElement[bool],
+    columns: Sequence[ColumnElement[Any]],
+    crates: int,
+    max_events: int | None,
+    after: str | None,
+) -> Sequence[Any]:
+    """MySQL/MariaDB and PostgreSQL: a window of claimable rows nobody else has locked, in
+    crate order, locked as it is read (FOR UPDATE SKIP LOCKED; FOR UPDATE allows no
+    DISTINCT). Its first `crates` crates are taken; a full window may have cut its last crate
+    short, so that one is left for the next claim, unless it is the only one: then the rest
+    of its events are read too."""
+    limit = crates * 64
+    window = (
+        select(*columns)
+        .where(claimable)
+        .order_by(table.c.CRATE_NAME, table.c.ID)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+    windows = [window.where(table.c.CRATE_NAME >= literal(after)), window] if after else [window]
+    rows: Sequence[Any] = []
+    for candidate in windows:
+        rows = conn.execute(candidate).all()
+        if rows:
+            break
+    else:
+        return []
+    names = list(dict.fromkeys(r[1] for r in rows))
+    if len(rows) == limit and len(names) > 1:
+        names = names[:-1]
+    elif len(rows) == limit:
+        rows = conn.execute(
+            select(*columns)
+            .where(claimable, table.c.CRATE_NAME == literal(names[0]))
+            .order_by(table.c.ID)
+            .with_for_update(skip_locked=True)
+        ).all()
+    taken = set(names[:crates])
+    picked = [r for r in rows if r[1] in taken]
+    return picked if max_events is None else picked[:max_events]
 
 
 def renew_leases(db: Database, worker: str, lease_seconds: float) -> int:
