@@ -44,7 +44,7 @@ from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.expression import Executable
-from sqlalchemy.types import NullType
+from sqlalchemy.types import UserDefinedType
 
 from stagecrawl.errors import StorageError
 from stagecrawl.secrets import mask_url, redact
@@ -495,12 +495,21 @@ def _sqlite_immediate_transactions(engine: Engine, read_only: bool = False) -> N
         conn.exec_driver_sql("BEGIN" if reading else "BEGIN IMMEDIATE")
 
 
+class _AsIs(UserDefinedType[Any]):
+    """A bind type without conversion (NullType would infer one from the values)."""
+
+    cache_ok = True
+
+    def get_col_spec(self, **_kw: Any) -> str:
+        return "BLOB"
+
+
 def in_values(column: ColumnElement[Any], values: Sequence[Any]) -> ColumnElement[bool]:
     """`column IN (values)` with the values handed to the driver as they are: for keys the
     driver binds natively (bytes, str, int), without SQLAlchemy's per-value processing (a
     LargeBinary wraps every value, thousands per batch)."""
     return column.in_(
-        bindparam(f"{column.key}_in", list(values), expanding=True, unique=True, type_=NullType())
+        bindparam(f"{column.key}_in", list(values), expanding=True, unique=True, type_=_AsIs())
     )
 
 
