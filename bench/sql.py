@@ -349,7 +349,9 @@ def measure(args: argparse.Namespace, tmp: Path, say: Callable[[str], None]) -> 
                 seconds = register_events(url, count)
                 rows.append(
                     (backend, "register", f"{count:,}", f"{seconds:.2f}",
-                     f"{count / seconds:,.0f}", "LIST events, empty LIST")
+                     f"{count / seconds:,.0f}",
+                     "LIST events, empty LIST" + ("" if backend == "sqlite" else
+                     " (fewer on the servers: --register-server)"))
                 )  # fmt: skip
     finally:
         origin.close()
