@@ -33,7 +33,7 @@ from stagecrawl.storage.db import Database
 
 def crates_status(db: Database) -> dict[str, Any]:
     table, seed = db.list, db.seed
-    with db.engine.connect() as conn:
+    with db.reading() as conn:
         by_state = conn.execute(
             select(table.c.PROCESSED, func.count()).group_by(table.c.PROCESSED)
         ).all()
@@ -78,7 +78,7 @@ def live_workers(db: Database) -> list[dict[str, Any]]:
     """Workers whose heartbeat is within the last minute, their leases and rates."""
     now = utcnow()
     worker, events = db.worker, db.list
-    with db.engine.connect() as conn:
+    with db.reading() as conn:
         rows = conn.execute(
             select(worker)
             .where(worker.c.HEARTBEAT >= now - timedelta(minutes=1))

@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, bindparam, func, literal, or_, select, update
+from sqlalchemy import Connection, Table, and_, bindparam, func, literal, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.elements import ColumnElement
 
 from stagecrawl.crates.names import event_id, identity_key
-from stagecrawl.storage.db import Database, dumps
+from stagecrawl.storage.db import Database, executemany, in_values
 
 PENDING, COLLECTED, SKIPPED, NOT_FOUND = 0, 1, 2, 4
 TRANSIENT_FIRST, TRANSIENT_LAST, GAVE_UP = 30, 34, 39
@@ -74,6 +74,17 @@ class RegisterCounts:
         self.requeued += other.requeued
 
 
+# Events per registering transaction: large, so a million events cost a few hundred commits and
+# executemany calls, and within SQLite's 32,766 bound parameters for the `ID IN (…)` read.
+REGISTER_CHUNK = 5000
+
+
+def _tags_json(tags: Iterable[str]) -> str:
+    unique = sorted(set(tags))
+    # most events have no tags: no encoder call
+    return json.dumps(unique, separators=(",", ":"), ensure_ascii=False) if unique else "[]"
+
+
 def _merge_sources(existing: str, new: str) -> str:
     return ",".join(sorted(set(filter(None, existing.split(","))) | {new}))
 
@@ -93,8 +104,8 @@ def register(db: Database, events: Iterable[NewEvent], resync: bool = False) -> 
         by_id[key] = ev
     counts = RegisterCounts()
     ids = list(by_id)
-    for start in range(0, len(ids), 500):
-        chunk = ids[start : start + 500]
+    for start in range(0, len(ids), REGISTER_CHUNK):
+        chunk = ids[start : start + REGISTER_CHUNK]
         try:
             counts.add(_register_chunk(db, chunk, by_id, resync))
         except IntegrityError:
@@ -121,7 +132,7 @@ def _register_chunk(
                     table.c.YANKED,
                     table.c.PROCESSED,
                     table.c.RESOLVE_KIND,
-                ).where(table.c.ID.in_(chunk))
+                ).where(in_values(table.c.ID, chunk))
             )
         }
         inserts: list[dict[str, Any]] = []
@@ -138,7 +149,7 @@ def _register_chunk(
                         "VERSION": ev.version,
                         "SOURCE": ev.source,
                         "RESOLVE_KIND": ev.resolve_kind,
-                        "REF_TAGS": dumps(sorted(set(ev.ref_tags))),
+                        "REF_TAGS": _tags_json(ev.ref_tags),
                         "YANKED": ev.yanked,
                         "PROCESSED": PENDING,
                         "RESYNC": False,
@@ -148,8 +159,12 @@ def _register_chunk(
                 )
                 continue
             source = _merge_sources(row.SOURCE, ev.source)
-            merged_tags = sorted(set(json.loads(row.REF_TAGS or "[]")) | set(ev.ref_tags))
-            tags_json = dumps(merged_tags)
+            old_tags = row.REF_TAGS or "[]"
+            tags_json = (
+                old_tags
+                if old_tags == "[]" and not ev.ref_tags
+                else _tags_json([*json.loads(old_tags), *ev.ref_tags])
+            )
             kind = row.RESOLVE_KIND or ev.resolve_kind
             requeue = resync and row.PROCESSED not in CLAIMABLE
             changed = (
@@ -175,19 +190,23 @@ def _register_chunk(
                 }
             )
         if inserts:
-            conn.execute(table.insert(), inserts)
+            executemany(conn, ("register-insert", tuple(inserts[0])), table.insert, inserts)
             counts.new += len(inserts)
         if updates:
-            conn.execute(
-                update(table)
-                .where(table.c.ID == bindparam("b_id"))
-                .values(
-                    SOURCE=bindparam("SOURCE"),
-                    REF_TAGS=bindparam("REF_TAGS"),
-                    YANKED=bindparam("YANKED"),
-                    RESOLVE_KIND=bindparam("RESOLVE_KIND"),
-                    RESYNC=or_(table.c.RESYNC, bindparam("RESYNC")),
-                    LAST_UPDATED=bindparam("LAST_UPDATED"),
+            executemany(
+                conn,
+                ("register-update",),
+                lambda: (
+                    update(table)
+                    .where(table.c.ID == bindparam("b_id"))
+                    .values(
+                        SOURCE=bindparam("SOURCE"),
+                        REF_TAGS=bindparam("REF_TAGS"),
+                        YANKED=bindparam("YANKED"),
+                        RESOLVE_KIND=bindparam("RESOLVE_KIND"),
+                        RESYNC=or_(table.c.RESYNC, bindparam("RESYNC")),
+                        LAST_UPDATED=bindparam("LAST_UPDATED"),
+                    )
                 ),
                 updates,
             )
@@ -221,19 +240,17 @@ def claim(
     lease_seconds: float,
     exclude_crates: set[str] | None = None,
     max_events: int | None = None,
+    after: str | None = None,
 ) -> list[Claimed]:
     """Claim the claimable events of up to `crates` whole crates (so a crate costs one index
-    and one API request, whoever takes it), skipping rows other workers hold."""
+    and one API request, whoever takes it), skipping rows other workers hold.
+
+    `after` (the last crate this worker claimed) starts the search there: the window is read
+    in CRATE_NAME order, and without a starting point every claim would step over all the
+    finished rows before the first claimable one (a claim's cost growing with the work done).
+    When nothing is claimable from there on, the search starts again from the first crate."""
     table = db.list
     now = utcnow()
-    claimable = and_(
-        or_(table.c.PROCESSED.in_(CLAIMABLE), table.c.RESYNC.is_(True)),
-        or_(table.c.CLAIMED_UNTIL.is_(None), table.c.CLAIMED_UNTIL < now),
-    )
-    if exclude_crates:
-        claimable = and_(claimable, table.c.CRATE_NAME.not_in(sorted(exclude_crates)))
-    window = select(table.c.CRATE_NAME).where(claimable).order_by(table.c.CRATE_NAME, table.c.ID)
-    window = window.limit(crates * 64)
     columns = (
         table.c.ID,
         table.c.CRATE_NAME,
@@ -244,33 +261,111 @@ def claim(
     )
     until = now + timedelta(seconds=lease_seconds)
     with db.engine.begin() as conn:
-        # Step 1 picks crates from a window of rows nobody else has locked; step 2 takes
-        # every claimable event of those crates (MySQL allows no LIMIT inside IN (…)).
-        if not db.is_sqlite:
-            window = window.with_for_update(skip_locked=True)
-        names = list(dict.fromkeys(r[0] for r in conn.execute(window)))[:crates]
-        if not names:
-            return []
-        query = (
-            select(*columns)
-            .where(claimable, table.c.CRATE_NAME.in_(names))
-            .order_by(table.c.CRATE_NAME, table.c.ID)
+        # The excluded crates are read once the transaction has begun (on SQLite: holds the
+        # write lock): a crate whose failure was written before is in the set the caller
+        # passes (it is added before the write), so it is never claimed twice in one run.
+        excluded = sorted(exclude_crates.copy()) if exclude_crates else []
+        claimable = and_(
+            or_(table.c.PROCESSED.in_(CLAIMABLE), table.c.RESYNC.is_(True)),
+            or_(table.c.CLAIMED_UNTIL.is_(None), table.c.CLAIMED_UNTIL < now),
         )
-        if max_events is not None:
-            query = query.limit(max_events)
-        if not db.is_sqlite:
-            query = query.with_for_update(skip_locked=True)
-        rows = conn.execute(query).all()
+        if excluded:
+            claimable = and_(claimable, table.c.CRATE_NAME.not_in(excluded))
+        rows = (
+            _pick_sqlite(conn, table, claimable, columns, crates, max_events, after)
+            if db.is_sqlite
+            else _pick_locking(conn, table, claimable, columns, crates, max_events, after)
+        )
         if rows:
             conn.execute(
                 update(table)
-                .where(table.c.ID.in_([r.ID for r in rows]))
+                .where(in_values(table.c.ID, [r[0] for r in rows]))
                 .values(CLAIMED_BY=worker, CLAIMED_UNTIL=until)
             )
     return [
-        Claimed(r.ID, r.CRATE_NAME, r.NAME, r.VERSION, int(r.PROCESSED), bool(r.RESYNC))
-        for r in rows
+        Claimed(key, crate, name, version, int(processed), bool(resync))
+        for key, crate, name, version, processed, resync in rows
     ]
+
+
+def _pick_sqlite(
+    conn: Connection,
+    table: Table,
+    claimable: ColumnElement[bool],
+    columns: Sequence[ColumnElement[Any]],
+    crates: int,
+    max_events: int | None,
+    after: str | None,
+) -> Sequence[Any]:
+    """One writer, under the write lock: the first crates in order (read as names only),
+    then every claimable event of them."""
+    window = (
+        select(table.c.CRATE_NAME)
+        .where(claimable)
+        .distinct()
+        .order_by(table.c.CRATE_NAME)
+        .limit(crates)
+    )
+    windows = [window.where(table.c.CRATE_NAME >= literal(after)), window] if after else [window]
+    for candidate in windows:
+        names = conn.execute(candidate).scalars().all()
+        if names:
+            break
+    else:
+        return []
+    query = (
+        select(*columns)
+        .where(claimable, table.c.CRATE_NAME.in_(names))
+        .order_by(table.c.CRATE_NAME, table.c.ID)
+    )
+    if max_events is not None:
+        query = query.limit(max_events)
+    return conn.execute(query).all()
+
+
+def _pick_locking(
+    conn: Connection,
+    table: Table,
+    claimable: ColumnElement[bool],
+    columns: Sequence[ColumnElement[Any]],
+    crates: int,
+    max_events: int | None,
+    after: str | None,
+) -> Sequence[Any]:
+    """MySQL/MariaDB and PostgreSQL: a window of claimable rows nobody else has locked, in
+    crate order, locked as it is read (FOR UPDATE SKIP LOCKED; FOR UPDATE allows no
+    DISTINCT). Its first `crates` crates are taken; a full window may have cut its last crate
+    short, so that one is left for the next claim, unless it is the only one: then the rest
+    of its events are read too."""
+    limit = crates * 64
+    window = (
+        select(*columns)
+        .where(claimable)
+        .order_by(table.c.CRATE_NAME, table.c.ID)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+    windows = [window.where(table.c.CRATE_NAME >= literal(after)), window] if after else [window]
+    rows: Sequence[Any] = []
+    for candidate in windows:
+        rows = conn.execute(candidate).all()
+        if rows:
+            break
+    else:
+        return []
+    names = list(dict.fromkeys(r[1] for r in rows))
+    if len(rows) == limit and len(names) > 1:
+        names = names[:-1]
+    elif len(rows) == limit:
+        rows = conn.execute(
+            select(*columns)
+            .where(claimable, table.c.CRATE_NAME == literal(names[0]))
+            .order_by(table.c.ID)
+            .with_for_update(skip_locked=True)
+        ).all()
+    taken = set(names[:crates])
+    picked = [r for r in rows if r[1] in taken]
+    return picked if max_events is None else picked[:max_events]
 
 
 def renew_leases(db: Database, worker: str, lease_seconds: float) -> int:
@@ -310,7 +405,7 @@ def next_lease_expiry(db: Database, exclude_crates: set[str] | None = None) -> d
     )
     if exclude_crates:
         condition = and_(condition, table.c.CRATE_NAME.not_in(sorted(exclude_crates)))
-    with db.engine.connect() as conn:
+    with db.reading() as conn:
         value = conn.execute(select(func.min(table.c.CLAIMED_UNTIL)).where(condition)).scalar()
     return value if isinstance(value, datetime) else None
 

@@ -167,7 +167,7 @@ class SeedQueue:
         )
         if skip:
             query = query.where(table.c.CRATE_NAME.not_in(skip))
-        with self.db.engine.connect() as conn:
+        with self.db.reading() as conn:
             rows = conn.execute(query.order_by(table.c.CRATE_NAME).limit(limit)).all()
         return [Seed(str(r[0]).lower(), r[1], int(r[2]), bool(r[3])) for r in rows]
 

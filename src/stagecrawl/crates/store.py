@@ -8,14 +8,15 @@ whose crates are redone.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import bindparam, func, literal, select, update
+from sqlalchemy import literal, select, update
 
 from stagecrawl.crates.queue import GAVE_UP, Outcome, utcnow
-from stagecrawl.storage.db import Database, upsert
+from stagecrawl.storage.db import Database, in_values, retry_conflicts, upsert
 
 LANGUAGE, REPOSITORY = "rust", "Cargo"
 
@@ -32,19 +33,27 @@ class CrateWrite:
 
 
 def write_crates(db: Database, worker: str, batch: Sequence[CrateWrite]) -> list[bool]:
-    """One transaction for the batch; False for each crate whose lease is no longer ours."""
+    """One transaction for the batch; False for each crate whose lease is no longer ours.
+
+    Several workers share one queue: on MySQL/MariaDB and PostgreSQL two batches can deadlock
+    on LIST or VERSION rows; the database rolls one back whole, and it is done again (a few
+    times, see `retry_conflicts`), all or nothing."""
+    return retry_conflicts(lambda: _write_crates(db, worker, batch))
+
+
+def _write_crates(db: Database, worker: str, batch: Sequence[CrateWrite]) -> list[bool]:
     table = db.list
     now = utcnow()
     ids = [i for crate in batch for i in crate.event_ids]
     with db.engine.begin() as conn:
         held_query = select(table.c.ID).where(
-            table.c.ID.in_(ids),
+            in_values(table.c.ID, ids),
             table.c.CLAIMED_BY == literal(worker),
             table.c.CLAIMED_UNTIL >= literal(now),
         )
         if not db.is_sqlite:
             held_query = held_query.with_for_update()
-        held = {row[0] for row in conn.execute(held_query)}
+        held = set(conn.execute(held_query).scalars().all())
         kept = [all(i in held for i in crate.event_ids) for crate in batch]
         writes = [crate for crate, ok in zip(batch, kept, strict=True) if ok]
         versions = [row for crate in writes for row in crate.versions]
@@ -57,32 +66,31 @@ def write_crates(db: Database, worker: str, batch: Sequence[CrateWrite]) -> list
         if states:
             upsert(conn, db.index_state, states)
         outcomes = [o for crate in writes for o in crate.outcomes]
-        if outcomes:
-            conn.execute(
-                update(table)
-                .where(table.c.ID == bindparam("b_id"))
-                .values(
-                    PROCESSED=bindparam("b_processed"),
-                    YANKED=func.coalesce(bindparam("b_yanked"), table.c.YANKED),
-                    LAST_ERROR=bindparam("b_error"),
-                    RESYNC=bindparam("b_resync"),
-                    CLAIMED_BY=None,
-                    CLAIMED_UNTIL=None,
-                    LAST_UPDATED=now,
-                ),
-                [
-                    {
-                        "b_id": o.event.id,
-                        "b_processed": o.processed,
-                        "b_yanked": o.yanked,
-                        "b_error": o.error,
-                        # a failed resync stays asked for; a done one clears itself
-                        "b_resync": o.event.resync
-                        and (o.processed >= 30 and o.processed != GAVE_UP),
-                    }
-                    for o in outcomes
-                ],
-            )
+        # Outcomes with the same values (nearly all: collected, yanked or not) are one UPDATE
+        # … WHERE ID IN (…): pymysql's executemany sends an UPDATE row by row, one round trip
+        # each, and on every backend a few statements beat thousands of rows' worth.
+        same: dict[tuple[int, bool | None, str | None, bool], list[bytes]] = defaultdict(list)
+        for o in outcomes:
+            # a failed resync stays asked for; a done one clears itself
+            resync = o.event.resync and (o.processed >= 30 and o.processed != GAVE_UP)
+            same[(o.processed, o.yanked, o.error, resync)].append(o.event.id)
+        for (processed, yanked, error, resync), ids in same.items():
+            values: dict[str, Any] = {
+                "PROCESSED": processed,
+                "LAST_ERROR": error,
+                "RESYNC": resync,
+                "CLAIMED_BY": None,
+                "CLAIMED_UNTIL": None,
+                "LAST_UPDATED": now,
+            }
+            if yanked is not None:
+                values["YANKED"] = yanked
+            for start in range(0, len(ids), 1000):
+                conn.execute(
+                    update(table)
+                    .where(in_values(table.c.ID, ids[start : start + 1000]))
+                    .values(**values)
+                )
     return kept
 
 
@@ -92,7 +100,7 @@ def existing_versions(db: Database, product_keys: Sequence[str]) -> dict[str, se
     found: dict[str, set[str]] = {key: set() for key in product_keys}
     if not product_keys:
         return found
-    with db.engine.connect() as conn:
+    with db.reading() as conn:
         rows = conn.execute(
             select(table.c.PRODUCT_KEY, table.c.VERSION).where(
                 table.c.LANGUAGE == literal(LANGUAGE),

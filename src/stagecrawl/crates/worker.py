@@ -15,7 +15,7 @@ import logging
 import os
 import socket
 import uuid
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -156,6 +156,17 @@ class CratesQueue:
         self.more_coming = more_coming
         self.failed_crates: set[str] = set()  # failed in this run: the next try is the next run
         self.claimed_events = 0
+        # Claimed from the database ahead of the work loop's asks and handed out from here:
+        # one claim transaction per `claim_batch` crates (twice what the loop holds) rather
+        # than one per finished crate. They are leased (the heartbeat renews them) and go back
+        # in close() if never handed out.
+        self._ready: deque[list[Claimed]] = deque()
+        self.claim_batch = 2 * (
+            settings.concurrency + (settings.claim_crates or settings.concurrency)
+        )
+        self._after: str | None = None  # the last crate claimed: the next claim starts there
+        # crate -> its versions already in VERSION, read once per claim (skip_existing)
+        self.existing: dict[str, set[str]] = {}
         self._heartbeat: asyncio.Task[None] | None = None
         self._requests: Callable[[], int] = lambda: 0
 
@@ -169,6 +180,9 @@ class CratesQueue:
         self._heartbeat = asyncio.create_task(self._beat_forever())
 
     async def close(self) -> None:
+        # Claimed ahead and never handed out: they go back with the rest below.
+        self.summary.released += sum(len(group) for group in self._ready)
+        self._ready.clear()
         if self._heartbeat is not None:
             self._heartbeat.cancel()
             await asyncio.gather(self._heartbeat, return_exceptions=True)
@@ -236,32 +250,52 @@ class CratesQueue:
 
     # -- the work-loop contract --------------------------------------------------------------
     async def claim(self, limit: int) -> list[list[Claimed]]:
+        if len(self._ready) < limit:
+            # Top up in bulk: the loop reads a short answer as "the queue ran short".
+            await asyncio.to_thread(
+                self._claim_ahead, max(limit - len(self._ready), self.claim_batch)
+            )
+        taken: list[list[Claimed]] = []
+        while self._ready and len(taken) < limit:
+            taken.append(self._ready.popleft())
+        return taken
+
+    def _claim_ahead(self, crates: int) -> None:
         max_events: int | None = None
         if self.settings.limit is not None:
             max_events = self.settings.limit - self.claimed_events
             if max_events <= 0:
-                return []
-        events = await asyncio.to_thread(
-            claim,
+                return
+        events = claim(
             self.db,
             self.worker,
-            limit,
+            crates,
             self.settings.lease_seconds,
-            set(self.failed_crates),
+            self.failed_crates,  # live: read inside the claim's transaction
             max_events,
+            self._after,
         )
-        # The claim ran in a thread on a snapshot of the failed crates: a crate that failed and
-        # was written back meanwhile is claimable again in the table. It waits for the next
-        # run like the others (its ladder climbs once per run), so it goes straight back.
-        late = [event for event in events if event.crate_name in self.failed_crates]
+        # On a server a crate that failed could be written back between the claim building its
+        # query and running it: it waits for the next run like the others (its ladder climbs
+        # once per run), so it goes straight back.
+        late = [event.id for event in events if event.crate_name in self.failed_crates]
         if late:
-            await asyncio.to_thread(release, self.db, self.worker, [e.id for e in late])
+            release(self.db, self.worker, late)
             events = [event for event in events if event.crate_name not in self.failed_crates]
+        if not events:
+            return
         self.claimed_events += len(events)
+        self._after = events[-1].crate_name
         groups: dict[str, list[Claimed]] = defaultdict(list)
         for event in events:
             groups[event.crate_name].append(event)
-        return list(groups.values())
+        if self.settings.skip_existing:
+            # One read (no write lock) for the whole claim, not one per crate.
+            keys = {product_key(group[0].name): name for name, group in groups.items()}
+            found = existing_versions(self.db, list(keys))
+            for key, name in keys.items():
+                self.existing[name] = found.get(key, set())
+        self._ready.extend(groups.values())
 
     async def complete(self, results: Sequence[CrateResult]) -> None:
         kept = await asyncio.to_thread(
@@ -288,7 +322,7 @@ class CratesQueue:
 
     def pending_count(self) -> int:
         table = self.db.list
-        with self.db.engine.connect() as conn:
+        with self.db.reading() as conn:
             return int(
                 conn.execute(
                     select(func.count()).where(
@@ -429,10 +463,15 @@ class Collector:
         todo = group
         outcomes: list[Outcome] = []
         if self.settings.skip_existing:
-            key = product_key(real)
-            existing = (await asyncio.to_thread(existing_versions, self.db, [key])).get(key, set())
+            existing = self.queue.existing.pop(group[0].crate_name, None)
+            if existing is None:  # not read with the claim: read now
+                key = product_key(real)
+                known = await asyncio.to_thread(existing_versions, self.db, [key])
+                existing = known.get(key, set())
             todo = [e for e in group if e.resync or e.version not in existing]
-            outcomes = [Outcome(e, SKIPPED) for e in group if e not in todo]
+            outcomes = [
+                Outcome(e, SKIPPED) for e in group if not e.resync and e.version in existing
+            ]
             if not todo:
                 return outcomes, [], None
         try:

@@ -7,12 +7,18 @@ compact JSON written by stagecrawl, so every backend stores the same bytes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
-from collections.abc import Iterable, Sequence
+import random
+import time
+import weakref
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import (
     Boolean,
@@ -27,6 +33,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    bindparam,
     create_engine,
     event,
     inspect,
@@ -34,7 +41,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.expression import Executable
+from sqlalchemy.types import UserDefinedType
 
 from stagecrawl.errors import StorageError
 from stagecrawl.secrets import mask_url, redact
@@ -42,6 +52,9 @@ from stagecrawl.secrets import mask_url, redact
 log = logging.getLogger("stagecrawl.storage")
 
 DEFAULT_DB_URL = "sqlite:///stagecrawl.db"
+# Execution option of a connection that only reads (Database.reading): on SQLite its
+# transactions begin deferred and never take the write lock.
+READING = "stagecrawl_reading"
 JsonText = Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
 BigCount = (
     Integer()
@@ -409,6 +422,18 @@ class Database:
             return PG_CI_COLLATION
         return None
 
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[Connection]:
+        """A connection for reads only. On SQLite its transaction begins deferred (plain
+        BEGIN): in WAL mode a reader sees the last committed snapshot and never waits for the
+        writer, nor makes it wait. It is also `query_only`, so a write on it fails at once
+        instead of trying to upgrade a read snapshot to the write lock (which can fail with
+        SQLITE_BUSY half-way, the reason writers begin IMMEDIATE). Elsewhere it is a plain
+        connection."""
+        with self.engine.connect() as conn:
+            conn.execution_options(**{READING: True})
+            yield conn
+
     def dispose(self) -> None:
         self.engine.dispose()
 
@@ -445,9 +470,10 @@ def _sqlite_read_only(url: URL) -> URL:
 
 
 def _sqlite_immediate_transactions(engine: Engine, read_only: bool = False) -> None:
-    """SQLite is single-writer: every transaction takes the write lock up front (BEGIN
+    """SQLite is single-writer: a writing transaction takes the write lock up front (BEGIN
     IMMEDIATE), so two writers queue instead of failing half-way (SQLAlchemy's documented
-    recipe for pysqlite transaction control)."""
+    recipe for pysqlite transaction control). A transaction on a `Database.reading()`
+    connection begins deferred and is query-only: readers never take the lock."""
 
     @event.listens_for(engine, "connect")
     def _connect(dbapi_connection: Any, _record: Any) -> None:
@@ -458,7 +484,65 @@ def _sqlite_immediate_transactions(engine: Engine, read_only: bool = False) -> N
 
     @event.listens_for(engine, "begin")
     def _begin(conn: Connection) -> None:
-        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+        reading = read_only or bool(conn.get_execution_options().get(READING))
+        if not read_only:
+            # query_only follows the connection's role; the pooled DBAPI connection remembers
+            # its last setting so the pragma is sent only when the role changes.
+            info = conn.connection.info
+            if info.get(READING, False) != reading:
+                conn.exec_driver_sql(f"PRAGMA query_only={int(reading)}")
+                info[READING] = reading
+        conn.exec_driver_sql("BEGIN" if reading else "BEGIN IMMEDIATE")
+
+
+class _AsIs(UserDefinedType[Any]):
+    """A bind type without conversion (NullType would infer one from the values)."""
+
+    cache_ok = True
+
+    def get_col_spec(self, **_kw: Any) -> str:
+        return "BLOB"
+
+
+def in_values(column: ColumnElement[Any], values: Sequence[Any]) -> ColumnElement[bool]:
+    """`column IN (values)` with the values handed to the driver as they are: for keys the
+    driver binds natively (bytes, str, int), without SQLAlchemy's per-value processing (a
+    LargeBinary wraps every value, thousands per batch)."""
+    return column.in_(
+        bindparam(f"{column.key}_in", list(values), expanding=True, unique=True, type_=_AsIs())
+    )
+
+
+# Errors that roll back a whole transaction because of another one, and say so: MySQL/MariaDB
+# deadlock (1213) and lock wait timeout (1205); PostgreSQL deadlock and serialization failure.
+_CONFLICT_CODES = {1213, 1205}
+_CONFLICT_SQLSTATES = {"40P01", "40001"}
+T = TypeVar("T")
+
+
+def is_conflict(exc: BaseException) -> bool:
+    """A deadlock or lock wait timeout: the transaction was rolled back and may be re-done."""
+    orig = getattr(exc, "orig", None)
+    if orig is None:
+        return False
+    args = getattr(orig, "args", ())
+    if args and args[0] in _CONFLICT_CODES:
+        return True
+    return getattr(orig, "sqlstate", None) in _CONFLICT_SQLSTATES
+
+
+def retry_conflicts(transaction: Callable[[], T], attempts: int = 5) -> T:
+    """Run a whole transaction, again after a deadlock or lock wait timeout (the database
+    rolled all of it back), up to `attempts` times with a short random pause between."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return transaction()
+        except DBAPIError as exc:
+            if attempt == attempts or not is_conflict(exc):
+                raise
+            log.info("transaction rolled back by a conflict (%s); again", _first_line(exc))
+            time.sleep(random.uniform(0.01, 0.05) * attempt)
+    raise AssertionError("unreachable")
 
 
 def upsert(
@@ -467,24 +551,138 @@ def upsert(
     rows: Sequence[dict[str, Any]],
     update: Iterable[str] | None = None,
 ) -> None:
-    """Insert rows, or update the given columns where the primary key already exists."""
+    """Insert rows, or update the given columns where the primary key already exists.
+
+    Every row has the keys of the first one. The rows go to the driver's executemany in one
+    call (see `executemany`): on pymysql that is multi-row INSERTs, on psycopg a pipeline."""
     if not rows:
         return
     keys = [c.name for c in table.primary_key.columns]
-    columns = list(update) if update is not None else [k for k in rows[0] if k not in keys]
-    name = conn.dialect.name
-    if name in ("mysql", "mariadb"):
+    columns = tuple(update) if update is not None else tuple(k for k in rows[0] if k not in keys)
+    shape = ("upsert", table.name, tuple(rows[0]), columns)
+    dialect = conn.dialect.name
+    executemany(conn, shape, lambda: _upsert_statement(dialect, table, keys, columns), rows)
+
+
+def _upsert_statement(
+    dialect: str, table: Table, keys: list[str], columns: Sequence[str]
+) -> Executable:
+    if dialect in ("mysql", "mariadb"):
         my = mysql.insert(table)
-        conn.execute(my.on_duplicate_key_update({c: my.inserted[c] for c in columns}), rows)
-    elif name == "postgresql":
+        return my.on_duplicate_key_update({c: my.inserted[c] for c in columns})
+    if dialect == "postgresql":
         pg = postgresql.insert(table)
-        pg_stmt = pg.on_conflict_do_update(
+        return pg.on_conflict_do_update(
             index_elements=keys, set_={c: pg.excluded[c] for c in columns}
         )
-        conn.execute(pg_stmt, rows)
+    lite = sqlite.insert(table)
+    return lite.on_conflict_do_update(
+        index_elements=keys, set_={c: lite.excluded[c] for c in columns}
+    )
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    sql: str
+    names: tuple[str, ...]  # parameter order (positional) or keys (named)
+    positional: bool
+    processors: tuple[tuple[int, str, Callable[[Any], Any]], ...]  # (position, name, convert)
+    defaults: tuple[tuple[str, Any], ...]  # scalar column defaults of binds a row may lack
+
+
+# Per dialect object (so an engine's statements never serve another engine's dialect), kept
+# only as long as the engine is.
+_COMPILED: weakref.WeakKeyDictionary[Any, dict[Hashable, _Compiled]] = weakref.WeakKeyDictionary()
+
+
+def executemany(
+    conn: Connection,
+    shape: Hashable,
+    build: Callable[[], Executable],
+    rows: Sequence[Mapping[str, Any]],
+) -> None:
+    """Run one Core statement for many rows through the driver's executemany.
+
+    SQLAlchemy's own executemany processes each row's parameters in Python (several µs per
+    value), which was most of the cost of collect and register. Here the statement is compiled
+    once per `shape` (a key naming the statement and the row keys it is given) and dialect, the
+    type conversions the dialect needs (SQLite's DATETIME text, booleans) are applied to the
+    values that need one, and the tuples go to the driver in one call (`exec_driver_sql`, so
+    errors are SQLAlchemy's). All rows must have the keys of the first."""
+    if not rows:
+        return
+    dialect = conn.dialect
+    cache = _COMPILED.setdefault(dialect, {})
+    compiled = cache.get(shape)
+    if compiled is None:
+        compiled = cache[shape] = _compile(build(), dialect, list(rows[0]))
+    names = compiled.names
+    if compiled.defaults:
+        fill = dict(compiled.defaults)
+        rows = [{**fill, **row} for row in rows]
+    params: list[Any]
+    if compiled.positional:
+        take = itemgetter(*names)  # one C call per row
+        if len(names) == 1:
+            params = [(take(row),) for row in rows]
+        elif not compiled.processors:
+            params = [take(row) for row in rows]
+        else:
+            lists = [list(take(row)) for row in rows]
+            for position, _name, convert in compiled.processors:
+                done: dict[Any, Any] = {}  # the same value (a batch's `now`) converted once
+                for values in lists:
+                    value = values[position]
+                    if value is None:
+                        continue
+                    try:
+                        out = done.get(value, done)
+                        if out is done:
+                            out = done[value] = convert(value)
+                    except TypeError:  # unhashable
+                        out = convert(value)
+                    values[position] = out
+            params = [tuple(values) for values in lists]
     else:
-        lite = sqlite.insert(table)
-        lite_stmt = lite.on_conflict_do_update(
-            index_elements=keys, set_={c: lite.excluded[c] for c in columns}
-        )
-        conn.execute(lite_stmt, rows)
+        params = [{n: row[n] for n in names} for row in rows]
+        for _position, name, convert in compiled.processors:
+            for named in params:
+                value = named[name]
+                if value is not None:
+                    named[name] = convert(value)
+    conn.exec_driver_sql(compiled.sql, params)
+
+
+def _compile(statement: Executable, dialect: Any, keys: list[str]) -> _Compiled:
+    compiled = statement.compile(dialect=dialect, column_keys=keys)  # type: ignore[attr-defined]
+    binds = compiled.binds
+    names = tuple(compiled.positiontup or ()) if compiled.positional else tuple(binds)
+    escaped = getattr(compiled, "escaped_bind_names", None) or {}
+    if escaped:
+        raise StorageError(f"bulk statement with escaped parameter names: {escaped}")
+    processors = []
+    defaults = []
+    for position, name in enumerate(names):
+        bind = binds[name]
+        impl = bind.type.dialect_impl(dialect)
+        convert = impl.bind_processor(dialect)
+        # Bytes need no wrapping: sqlite3, pymysql and psycopg bind them as BLOB/bytea.
+        if convert is not None and not isinstance(impl, LargeBinary):
+            processors.append((position, name, convert))
+        if name not in keys:
+            column = _column_of(statement, name)
+            default = column.default if column is not None else None
+            if default is None or not default.is_scalar:
+                raise StorageError(f"bulk statement needs a value for {name}")
+            defaults.append((name, getattr(default, "arg", None)))
+    return _Compiled(
+        compiled.string, names, compiled.positional, tuple(processors), tuple(defaults)
+    )
+
+
+def _column_of(statement: Executable, name: str) -> Column[Any] | None:
+    table = getattr(statement, "table", None)
+    if table is None or name not in table.c:
+        return None
+    column: Column[Any] = table.c[name]
+    return column
