@@ -3,7 +3,8 @@ upsert baseline, on SQLite, MariaDB and PostgreSQL, in one run.
 
     python bench/sql.py [--backends sqlite,mariadb,postgres] [--raw 20000]
                         [--crates 400] [--versions 50] [--register 1000000]
-                        [--register-server 200000] [--profile sqlite]
+                        [--register-server 200000] [--dump 1000000]
+                        [--dump-server 200000] [--no-osv] [--profile sqlite]
 
 Per backend:
 - raw: VERSION rows upserted alone, 1,000-row transactions, the statement compiled once and the
@@ -17,6 +18,12 @@ Per backend:
   MariaDB.
 - register: N LIST events through `queue.register` on an empty LIST (1M on SQLite by
   default, goal ≤ 60 s; `--register-server` on the servers, named in the table).
+
+- dbdump: `crates dbdump` of a synthetic dump, the loader in its own process: versions/s and
+  its peak RSS (goal on SQLite: ≥ 20,000 versions/s under 150 MB); bench/bulk.py's
+  `dbdump_rate`.
+- OSV import: the RustSec fixture zip into fresh tables, advisories/s (median of 3);
+  bench/bulk.py's `osv_rate` (which also prints the raw executemany baseline of both).
 
 `--profile BACKEND` runs that backend's collect under cProfile and prints what costs.
 Measurements are gathered as `rows: list[tuple[str, ...]]` (one per backend and measure), so
@@ -40,6 +47,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import bulk  # bench/bulk.py beside this file (the script's folder is on sys.path)
 from rich.console import Console
 from rich.table import Table
 from sqlalchemy import text
@@ -353,6 +361,21 @@ def measure(args: argparse.Namespace, tmp: Path, say: Callable[[str], None]) -> 
                      "LIST events, empty LIST" + ("" if backend == "sqlite" else
                      " (fewer on the servers: --register-server)"))
                 )  # fmt: skip
+            count = args.dump if backend == "sqlite" else args.dump_server
+            if count:
+                say(f"{backend}: dbdump {count:,}")
+                rate, rss = bulk.dbdump_rate(url, count)
+                rows.append(
+                    (backend, "dbdump", f"{count:,}", f"{count / rate:.2f}", f"{rate:,.0f}",
+                     f"versions; loader peak RSS {rss:.0f} MB")
+                )  # fmt: skip
+            if args.osv:
+                say(f"{backend}: OSV import")
+                rate = bulk.osv_rate(url)
+                rows.append(
+                    (backend, "OSV import", "", "", f"{rate:,.0f}",
+                     "advisories/s, RustSec fixture zip, median of 3")
+                )  # fmt: skip
     finally:
         origin.close()
     return rows
@@ -375,15 +398,18 @@ def main() -> None:
     parser.add_argument("--versions", type=int, default=50)
     parser.add_argument("--register", type=int, default=1_000_000, help="events on SQLite")
     parser.add_argument("--register-server", type=int, default=200_000, help="on the servers")
+    parser.add_argument("--dump", type=int, default=1_000_000, help="dbdump versions, SQLite")
+    parser.add_argument("--dump-server", type=int, default=200_000, help="on the servers")
+    parser.add_argument("--no-osv", dest="osv", action="store_false", help="skip OSV import")
     parser.add_argument("--profile", default="", help="cProfile this backend's collect")
     args = parser.parse_args()
     console = Console(stderr=True)
     with tempfile.TemporaryDirectory() as tmp:
         rows = measure(args, Path(tmp), lambda m: console.log(m))
-    Console(width=150).print(table(rows, "SQL path: collect and register against the raw upsert"))
+    Console(width=150).print(table(rows, "SQL path: collect, register, dbdump, OSV import"))
     print(
         "goals: collect ≥ 0.5 × raw and ≥ 5,000 rows/s on SQLite and MariaDB; "
-        "1M register ≤ 60 s on SQLite",
+        "1M register ≤ 60 s on SQLite; dbdump ≥ 20,000 versions/s and RSS < 150 MB on SQLite",
         file=sys.stderr,
     )
 
