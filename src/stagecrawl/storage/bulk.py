@@ -118,8 +118,11 @@ def _send(conn: Connection, compiled: Compiled, rows: Sequence[Sequence[Any]]) -
     if compiled.processors:
         lists = [[*row, *defaults] for row in rows]  # copies: the caller's rows stay
         for n, convert in compiled.processors:
-            # Column by column; a value that is the previous row's object (a batch's `now`,
-            # True/False) is not converted again.
+            # Column by column, each distinct value converted once: a batch's `now`, True and
+            # False, a date repeated (equal values convert equally for what stagecrawl binds:
+            # naive datetimes, bools, text). The previous row's object is checked first, the
+            # cheapest hit.
+            done: dict[Any, Any] = {}
             last_in: Any = _NOTHING
             last_out: Any = None
             for values in lists:
@@ -127,7 +130,13 @@ def _send(conn: Connection, compiled: Compiled, rows: Sequence[Sequence[Any]]) -
                 if value is None:
                     continue
                 if value is not last_in:
-                    last_in, last_out = value, convert(value)
+                    try:
+                        out = done.get(value, _NOTHING)
+                        if out is _NOTHING:
+                            out = done[value] = convert(value)
+                    except TypeError:  # unhashable
+                        out = convert(value)
+                    last_in, last_out = value, out
                 values[n] = last_out
         table = lists
     elif defaults:
