@@ -58,7 +58,8 @@ from stagecrawl.crates.config import CratesConfig
 from stagecrawl.crates.queue import COLLECTED, NewEvent, register
 from stagecrawl.crates.worker import CollectSettings
 from stagecrawl.engine.shutdown import GracefulStop
-from stagecrawl.storage.db import Database, _upsert_statement, dumps
+from stagecrawl.storage.bulk import upsert_statement
+from stagecrawl.storage.db import Database, dumps
 from stagecrawl.testing.registry import index_line, write_crate
 
 BACKENDS = {
@@ -129,7 +130,7 @@ def raw_upserts(url: str, count: int) -> float:
     dialect = db.engine.dialect
     keys = [c.name for c in db.version.primary_key.columns]
     columns = [k for k in rows[0] if k not in keys]
-    statement = _upsert_statement(dialect.name, db.version, keys, columns)
+    statement = upsert_statement(dialect.name, db.version, columns)
     compiled = statement.compile(dialect=dialect, column_keys=list(rows[0]))  # type: ignore[attr-defined]
     names = compiled.positiontup if compiled.positional else list(compiled.binds)
     convert = {}
@@ -166,7 +167,7 @@ def raw_core_upserts(url: str, count: int) -> float:
     rows = version_rows(count, datetime(2024, 1, 1, 12, 0, 0))
     keys = [c.name for c in db.version.primary_key.columns]
     columns = [k for k in rows[0] if k not in keys]
-    statement = _upsert_statement(db.engine.dialect.name, db.version, keys, columns)
+    statement = upsert_statement(db.engine.dialect.name, db.version, columns)
     try:
         started = time.perf_counter()
         for start in range(0, count, 1000):

@@ -33,7 +33,8 @@ from stagecrawl.engine.fetcher import Fetcher
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.engine.work import LoopSettings, MemoryQueue, WorkLoop
 from stagecrawl.errors import FetchError, InputError
-from stagecrawl.storage.db import Database, dumps, upsert
+from stagecrawl.storage.bulk import upsert
+from stagecrawl.storage.db import Database, dumps
 
 log = logging.getLogger("stagecrawl.licenses")
 SPDX_URL = "https://spdx.org/licenses/{}.html"

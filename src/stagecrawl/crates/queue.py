@@ -22,7 +22,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.elements import ColumnElement
 
 from stagecrawl.crates.names import event_id, identity_key
-from stagecrawl.storage.db import Database, executemany, in_values
+from stagecrawl.storage.bulk import executemany
+from stagecrawl.storage.db import Database, in_values
 
 PENDING, COLLECTED, SKIPPED, NOT_FOUND = 0, 1, 2, 4
 TRANSIENT_FIRST, TRANSIENT_LAST, GAVE_UP = 30, 34, 39

@@ -26,7 +26,8 @@ from stagecrawl.engine.fetcher import Fetcher, Validators
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.engine.work import LoopSettings, MemoryQueue, WorkLoop
 from stagecrawl.errors import FetchError, NotFound
-from stagecrawl.storage.db import Database, upsert
+from stagecrawl.storage.bulk import upsert
+from stagecrawl.storage.db import Database
 
 
 @dataclass

@@ -16,7 +16,8 @@ from typing import Any
 from sqlalchemy import literal, select, update
 
 from stagecrawl.crates.queue import GAVE_UP, Outcome, utcnow
-from stagecrawl.storage.db import Database, in_values, retry_conflicts, upsert
+from stagecrawl.storage.bulk import upsert
+from stagecrawl.storage.db import Database, in_values, retry_conflicts
 
 LANGUAGE, REPOSITORY = "rust", "Cargo"
 

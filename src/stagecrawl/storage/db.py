@@ -1,4 +1,6 @@
-"""Opening a database by URL, creating the tables, and dialect-aware upserts.
+"""Opening a database by URL, creating the tables, reads and conflict retries.
+
+Upserts and compiled executemany are in `storage.bulk`.
 
 SQLAlchemy Core throughout. Identity columns get a case-insensitive collation chosen from what
 the server offers (docs/schema.md has the mapping); JSON columns are text holding canonical
@@ -13,10 +15,7 @@ import logging
 import os
 import random
 import time
-import weakref
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from operator import itemgetter
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -39,11 +38,10 @@ from sqlalchemy import (
     inspect,
     text,
 )
-from sqlalchemy.dialects import mysql, postgresql, sqlite
+from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.sql.elements import ColumnElement
-from sqlalchemy.sql.expression import Executable
 from sqlalchemy.types import UserDefinedType
 
 from stagecrawl.errors import StorageError
@@ -543,146 +541,3 @@ def retry_conflicts(transaction: Callable[[], T], attempts: int = 5) -> T:
             log.info("transaction rolled back by a conflict (%s); again", _first_line(exc))
             time.sleep(random.uniform(0.01, 0.05) * attempt)
     raise AssertionError("unreachable")
-
-
-def upsert(
-    conn: Connection,
-    table: Table,
-    rows: Sequence[dict[str, Any]],
-    update: Iterable[str] | None = None,
-) -> None:
-    """Insert rows, or update the given columns where the primary key already exists.
-
-    Every row has the keys of the first one. The rows go to the driver's executemany in one
-    call (see `executemany`): on pymysql that is multi-row INSERTs, on psycopg a pipeline."""
-    if not rows:
-        return
-    keys = [c.name for c in table.primary_key.columns]
-    columns = tuple(update) if update is not None else tuple(k for k in rows[0] if k not in keys)
-    shape = ("upsert", table.name, tuple(rows[0]), columns)
-    dialect = conn.dialect.name
-    executemany(conn, shape, lambda: _upsert_statement(dialect, table, keys, columns), rows)
-
-
-def _upsert_statement(
-    dialect: str, table: Table, keys: list[str], columns: Sequence[str]
-) -> Executable:
-    if dialect in ("mysql", "mariadb"):
-        my = mysql.insert(table)
-        return my.on_duplicate_key_update({c: my.inserted[c] for c in columns})
-    if dialect == "postgresql":
-        pg = postgresql.insert(table)
-        return pg.on_conflict_do_update(
-            index_elements=keys, set_={c: pg.excluded[c] for c in columns}
-        )
-    lite = sqlite.insert(table)
-    return lite.on_conflict_do_update(
-        index_elements=keys, set_={c: lite.excluded[c] for c in columns}
-    )
-
-
-@dataclass(frozen=True)
-class _Compiled:
-    sql: str
-    names: tuple[str, ...]  # parameter order (positional) or keys (named)
-    positional: bool
-    processors: tuple[tuple[int, str, Callable[[Any], Any]], ...]  # (position, name, convert)
-    defaults: tuple[tuple[str, Any], ...]  # scalar column defaults of binds a row may lack
-
-
-# Per dialect object (so an engine's statements never serve another engine's dialect), kept
-# only as long as the engine is.
-_COMPILED: weakref.WeakKeyDictionary[Any, dict[Hashable, _Compiled]] = weakref.WeakKeyDictionary()
-
-
-def executemany(
-    conn: Connection,
-    shape: Hashable,
-    build: Callable[[], Executable],
-    rows: Sequence[Mapping[str, Any]],
-) -> None:
-    """Run one Core statement for many rows through the driver's executemany.
-
-    SQLAlchemy's own executemany processes each row's parameters in Python (several µs per
-    value), which was most of the cost of collect and register. Here the statement is compiled
-    once per `shape` (a key naming the statement and the row keys it is given) and dialect, the
-    type conversions the dialect needs (SQLite's DATETIME text, booleans) are applied to the
-    values that need one, and the tuples go to the driver in one call (`exec_driver_sql`, so
-    errors are SQLAlchemy's). All rows must have the keys of the first."""
-    if not rows:
-        return
-    dialect = conn.dialect
-    cache = _COMPILED.setdefault(dialect, {})
-    compiled = cache.get(shape)
-    if compiled is None:
-        compiled = cache[shape] = _compile(build(), dialect, list(rows[0]))
-    names = compiled.names
-    if compiled.defaults:
-        fill = dict(compiled.defaults)
-        rows = [{**fill, **row} for row in rows]
-    params: list[Any]
-    if compiled.positional:
-        take = itemgetter(*names)  # one C call per row
-        if len(names) == 1:
-            params = [(take(row),) for row in rows]
-        elif not compiled.processors:
-            params = [take(row) for row in rows]
-        else:
-            lists = [list(take(row)) for row in rows]
-            for position, _name, convert in compiled.processors:
-                done: dict[Any, Any] = {}  # the same value (a batch's `now`) converted once
-                for values in lists:
-                    value = values[position]
-                    if value is None:
-                        continue
-                    try:
-                        out = done.get(value, done)
-                        if out is done:
-                            out = done[value] = convert(value)
-                    except TypeError:  # unhashable
-                        out = convert(value)
-                    values[position] = out
-            params = [tuple(values) for values in lists]
-    else:
-        params = [{n: row[n] for n in names} for row in rows]
-        for _position, name, convert in compiled.processors:
-            for named in params:
-                value = named[name]
-                if value is not None:
-                    named[name] = convert(value)
-    conn.exec_driver_sql(compiled.sql, params)
-
-
-def _compile(statement: Executable, dialect: Any, keys: list[str]) -> _Compiled:
-    compiled = statement.compile(dialect=dialect, column_keys=keys)  # type: ignore[attr-defined]
-    binds = compiled.binds
-    names = tuple(compiled.positiontup or ()) if compiled.positional else tuple(binds)
-    escaped = getattr(compiled, "escaped_bind_names", None) or {}
-    if escaped:
-        raise StorageError(f"bulk statement with escaped parameter names: {escaped}")
-    processors = []
-    defaults = []
-    for position, name in enumerate(names):
-        bind = binds[name]
-        impl = bind.type.dialect_impl(dialect)
-        convert = impl.bind_processor(dialect)
-        # Bytes need no wrapping: sqlite3, pymysql and psycopg bind them as BLOB/bytea.
-        if convert is not None and not isinstance(impl, LargeBinary):
-            processors.append((position, name, convert))
-        if name not in keys:
-            column = _column_of(statement, name)
-            default = column.default if column is not None else None
-            if default is None or not default.is_scalar:
-                raise StorageError(f"bulk statement needs a value for {name}")
-            defaults.append((name, getattr(default, "arg", None)))
-    return _Compiled(
-        compiled.string, names, compiled.positional, tuple(processors), tuple(defaults)
-    )
-
-
-def _column_of(statement: Executable, name: str) -> Column[Any] | None:
-    table = getattr(statement, "table", None)
-    if table is None or name not in table.c:
-        return None
-    column: Column[Any] = table.c[name]
-    return column
