@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -120,6 +121,18 @@ async def test_two_redis_limiters_share_one_bucket_and_one_cooldown(origin: Test
         await fetcher.aclose()
 
 
+def _holders(db_url: str, workers: list[subprocess.Popen[str]]) -> list[subprocess.Popen[str]]:
+    """The running workers that hold leases (CLAIMED_BY is host:pid:tag)."""
+    db = Database(db_url)
+    with db.engine.connect() as conn:
+        owners = conn.execute(
+            select(db.list.c.CLAIMED_BY).where(db.list.c.CLAIMED_BY.is_not(None)).distinct()
+        ).scalars()
+        pids = {int(owner.split(":")[1]) for owner in owners}
+    db.dispose()
+    return [w for w in workers if w.pid in pids and w.poll() is None]
+
+
 @pytest.mark.parametrize("db_url", [MARIADB_URL, POSTGRES_URL], ids=["mariadb", "postgresql"])
 def test_four_workers_one_killed_share_the_queue_and_the_limit(
     db_url: str, fleet: tuple[TestOrigin, TestOrigin], tmp_path: Path
@@ -149,11 +162,19 @@ def test_four_workers_one_killed_share_the_queue_and_the_limit(
     ]
     workers = [spawn("crates", "collect", *common) for _ in range(4)]
     wait_for(lambda: len(api.requests_to("/api/*")) >= 4)  # the workers are claiming
-    time.sleep(0.5)
-    workers[0].send_signal(signal.SIGKILL)  # dies holding leases
-    codes = [w.wait(180) for w in workers]
-    assert codes[0] == -signal.SIGKILL
-    assert codes[1:] == [0, 0, 0], [w.stderr.read() for w in workers[1:]]
+    # The victim is a live worker that holds leases now (which one claimed first varies).
+    holding: list[subprocess.Popen[str]] = []
+
+    def someone_holds_leases() -> bool:
+        holding[:] = _holders(db_url, workers)
+        return bool(holding)
+
+    wait_for(someone_holds_leases)
+    victim = holding[0]
+    victim.send_signal(signal.SIGKILL)  # dies holding leases
+    codes = {w.pid: w.wait(180) for w in workers}
+    assert codes.pop(victim.pid) == -signal.SIGKILL
+    assert list(codes.values()) == [0, 0, 0], [w.stderr.read() for w in workers if w != victim]
 
     db = Database(db_url)
     with db.engine.connect() as conn:

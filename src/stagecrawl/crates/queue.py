@@ -261,7 +261,8 @@ def claim(
         table.c.RESYNC,
     )
     until = now + timedelta(seconds=lease_seconds)
-    with db.engine.begin() as conn:
+
+    def work(conn: Connection) -> Sequence[Any]:
         # The excluded crates are read once the transaction has begun (on SQLite: holds the
         # write lock): a crate whose failure was written before is in the set the caller
         # passes (it is added before the write), so it is never claimed twice in one run.
@@ -283,6 +284,9 @@ def claim(
                 .where(in_values(table.c.ID, [r[0] for r in rows]))
                 .values(CLAIMED_BY=worker, CLAIMED_UNTIL=until)
             )
+        return rows
+
+    rows = db.transaction(work)
     return [
         Claimed(key, crate, name, version, int(processed), bool(resync))
         for key, crate, name, version, processed, resync in rows
@@ -373,13 +377,12 @@ def renew_leases(db: Database, worker: str, lease_seconds: float) -> int:
     """Extend every lease this worker holds (its heartbeat): only a dead worker loses them."""
     table = db.list
     now = utcnow()
-    with db.engine.begin() as conn:
-        result = conn.execute(
-            update(table)
-            .where(table.c.CLAIMED_BY == literal(worker), table.c.CLAIMED_UNTIL >= literal(now))
-            .values(CLAIMED_UNTIL=now + timedelta(seconds=lease_seconds))
-        )
-        return int(result.rowcount or 0)
+    statement = (
+        update(table)
+        .where(table.c.CLAIMED_BY == literal(worker), table.c.CLAIMED_UNTIL >= literal(now))
+        .values(CLAIMED_UNTIL=now + timedelta(seconds=lease_seconds))
+    )
+    return db.transaction(lambda conn: int(conn.execute(statement).rowcount or 0))
 
 
 def release(db: Database, worker: str, ids: Sequence[bytes]) -> None:
@@ -387,12 +390,12 @@ def release(db: Database, worker: str, ids: Sequence[bytes]) -> None:
     if not ids:
         return
     table = db.list
-    with db.engine.begin() as conn:
-        conn.execute(
-            update(table)
-            .where(table.c.ID.in_(list(ids)), table.c.CLAIMED_BY == literal(worker))
-            .values(CLAIMED_BY=None, CLAIMED_UNTIL=None)
-        )
+    statement = (
+        update(table)
+        .where(table.c.ID.in_(list(ids)), table.c.CLAIMED_BY == literal(worker))
+        .values(CLAIMED_BY=None, CLAIMED_UNTIL=None)
+    )
+    db.transaction(lambda conn: conn.execute(statement))
 
 
 def next_lease_expiry(db: Database, exclude_crates: set[str] | None = None) -> datetime | None:
@@ -423,8 +426,5 @@ def release_stale_leases(db: Database, everyone: bool, live_window: float = 60.0
             workers.c.HEARTBEAT >= literal(now - timedelta(seconds=live_window))
         )
         condition = and_(condition, table.c.CLAIMED_BY.not_in(live))
-    with db.engine.begin() as conn:
-        result = conn.execute(
-            update(table).where(condition).values(CLAIMED_BY=None, CLAIMED_UNTIL=None)
-        )
-        return int(result.rowcount or 0)
+    statement = update(table).where(condition).values(CLAIMED_BY=None, CLAIMED_UNTIL=None)
+    return db.transaction(lambda conn: int(conn.execute(statement).rowcount or 0))

@@ -22,7 +22,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete, func, literal, select, update
+from sqlalchemy import Connection, delete, func, literal, select, update
 
 from stagecrawl.crates.client import CratesClient, IndexEntry, explain
 from stagecrawl.crates.index import IndexFormatError
@@ -190,7 +190,8 @@ class CratesQueue:
 
     def _register_worker(self, shared: bool) -> None:
         now = utcnow()
-        with self.db.engine.begin() as conn:
+
+        def work(conn: Connection) -> None:
             # Workers whose heartbeat stopped long ago are gone: clear them from the list.
             conn.execute(
                 delete(self.db.worker).where(
@@ -211,18 +212,20 @@ class CratesQueue:
                 )
             )
 
+        self.db.transaction(work)
+
     def _beat(self) -> None:
-        with self.db.engine.begin() as conn:
-            conn.execute(
-                update(self.db.worker)
-                .where(self.db.worker.c.WORKER_ID == literal(self.worker))
-                .values(
-                    HEARTBEAT=utcnow(),
-                    EVENTS_DONE=sum(self.summary.outcomes.values()),
-                    CRATES_DONE=self.summary.crates,
-                    REQUESTS=self._requests(),
-                )
+        statement = (
+            update(self.db.worker)
+            .where(self.db.worker.c.WORKER_ID == literal(self.worker))
+            .values(
+                HEARTBEAT=utcnow(),
+                EVENTS_DONE=sum(self.summary.outcomes.values()),
+                CRATES_DONE=self.summary.crates,
+                REQUESTS=self._requests(),
             )
+        )
+        self.db.transaction(lambda conn: conn.execute(statement))
         renew_leases(self.db, self.worker, self.settings.lease_seconds)
 
     async def _beat_forever(self) -> None:
@@ -237,7 +240,8 @@ class CratesQueue:
 
     def _unregister_worker(self) -> None:
         table = self.db.list
-        with self.db.engine.begin() as conn:
+
+        def work(conn: Connection) -> None:
             # Whatever this worker still holds goes back now, not when its lease runs out.
             conn.execute(
                 update(table)
@@ -247,6 +251,8 @@ class CratesQueue:
             conn.execute(
                 delete(self.db.worker).where(self.db.worker.c.WORKER_ID == literal(self.worker))
             )
+
+        self.db.transaction(work)
 
     # -- the work-loop contract --------------------------------------------------------------
     async def claim(self, limit: int) -> list[list[Claimed]]:

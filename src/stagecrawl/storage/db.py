@@ -420,6 +420,18 @@ class Database:
             return PG_CI_COLLATION
         return None
 
+    def transaction(self, work: Callable[[Connection], T], attempts: int = 5) -> T:
+        """Run `work` in one writing transaction; after a deadlock or a lock wait timeout (the
+        database rolled all of it back, another worker's transaction went on) it runs again
+        whole, up to `attempts` times. Several workers share the queue's tables, so every
+        transaction they write in can be that victim."""
+
+        def attempt() -> T:
+            with self.engine.begin() as conn:
+                return work(conn)
+
+        return retry_conflicts(attempt, attempts)
+
     @contextlib.contextmanager
     def reading(self) -> Iterator[Connection]:
         """A connection for reads only. On SQLite its transaction begins deferred (plain
