@@ -79,6 +79,22 @@ def synthetic_dump(versions: int) -> Path:
     return path
 
 
+# The loader's own peak RSS: VmHWM of its own address space, written at exit. (A child's
+# ru_maxrss from wait4 counts the parent's image it was forked from, which is large after a
+# 1M-event register in the same bench process.)
+_PEAK_WRAPPER = """
+import atexit, runpy, sys
+out = sys.argv.pop(1)
+def peak():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            open(out, "w").write(line.split()[1])
+atexit.register(peak)
+sys.argv[0] = "stagecrawl"
+runpy.run_module("stagecrawl", run_name="__main__")
+"""
+
+
 def dbdump_rate(url: str, versions: int, src: Path | None = None) -> tuple[float, float]:
     """(versions/s, peak RSS MB) of `stagecrawl crates dbdump` loading a synthetic dump of
     `versions` versions into a fresh database at `url`, run as a subprocess (wall time,
@@ -86,25 +102,25 @@ def dbdump_rate(url: str, versions: int, src: Path | None = None) -> tuple[float
     dump = synthetic_dump(versions)
     fresh(url).dispose()
     env = {**os.environ, "PYTHONPATH": str(src or SRC)}
-    with tempfile.TemporaryFile() as errors:
+    with tempfile.TemporaryDirectory() as scratch:
+        peak_file = Path(scratch) / "peak"
         started = time.perf_counter()
-        loader = subprocess.Popen(
+        loader = subprocess.run(
             [
-                *(sys.executable, "-m", "stagecrawl", "-q", "crates", "dbdump"),
-                *("--source", str(dump), "--db", url),
+                *(sys.executable, "-c", _PEAK_WRAPPER, str(peak_file), "-q", "crates"),
+                *("dbdump", "--source", str(dump), "--db", url),
             ],
             stdout=subprocess.DEVNULL,
-            stderr=errors,
+            stderr=subprocess.PIPE,
             env=env,
+            text=True,
         )
-        _, status, usage = os.wait4(loader.pid, 0)  # this child's own peak RSS
         wall = time.perf_counter() - started
-        loader.returncode = os.waitstatus_to_exitcode(status)
         if loader.returncode != 0:
-            errors.seek(0)
-            raise RuntimeError(f"dbdump failed: {errors.read().decode(errors='replace')}")
+            raise RuntimeError(f"dbdump failed: {loader.stderr}")
+        peak_kb = int(peak_file.read_text())
     loaded = (versions // VERSIONS_PER_CRATE) * VERSIONS_PER_CRATE
-    return loaded / wall, usage.ru_maxrss / 1024
+    return loaded / wall, peak_kb / 1024
 
 
 def _scratch(db: Database, table: SqlTable) -> SqlTable:
