@@ -156,14 +156,15 @@ class WorkLoop(Generic[U, R]):
         ahead = settings.claim_ahead or settings.concurrency
         capacity = settings.concurrency + ahead
         # Processed results waiting for a commit do not hold workers back (a slow commit must
-        # not starve them), but they are bounded, so a stalled database stops the claiming.
-        backlog = capacity + 2 * settings.commit_batch
+        # not starve them): up to two batches of them ride on top of what the workers hold.
+        # Beyond that the claiming waits, so a stalled database holds the crawl back.
+        most = capacity + 2 * settings.commit_batch
         while not self.stop.requested and not self._committer_task.done() and self._failure is None:
-            room = capacity - (self._outstanding - self._uncommitted)
+            room = min(capacity - (self._outstanding - self._uncommitted), most - self._outstanding)
             # Claim in batches: once the ready units are used up (room for `ahead` more),
             # or for whatever room there is when the queue ran short last time.
             wanted = ahead if not self._drained else 1
-            if room >= wanted and self._uncommitted < backlog:
+            if room >= wanted:
                 units = await self.queue.claim(room)
                 self._drained = len(units) < room
                 if units and not self.stop.requested and self._failure is None:
