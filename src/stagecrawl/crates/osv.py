@@ -32,7 +32,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
-from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +42,7 @@ from stagecrawl.crates.api import parse_time
 from stagecrawl.crates.queue import utcnow
 from stagecrawl.crates.semver import Version
 from stagecrawl.errors import InputError
-from stagecrawl.storage.bulk import BulkUpsert
+from stagecrawl.storage.bulk import upsert
 from stagecrawl.storage.db import Database, dumps
 
 log = logging.getLogger("stagecrawl.osv")
@@ -640,15 +639,9 @@ def import_advisories(
 
 
 def _upsert_many(conn: Connection, table: Table, rows: list[dict[str, Any]]) -> None:
-    """Rows (dicts with the same keys) as driver executemany batches of the compiled upsert:
-    SQLAlchemy's per-row parameter handling would cost more than the writes."""
-    if not rows:
-        return
-    columns = list(rows[0])
-    writer = BulkUpsert(table, columns)
-    values = itemgetter(*columns)
+    """Rows (dicts with the same keys) in executemany batches of the compiled upsert."""
     for start in range(0, len(rows), BATCH):
-        writer.execute(conn, [values(row) for row in rows[start : start + BATCH]])
+        upsert(conn, table, rows[start : start + BATCH])
 
 
 def _folded_ids(source: list[dict[str, Any]]) -> set[str]:

@@ -263,9 +263,9 @@ def claim(
     until = now + timedelta(seconds=lease_seconds)
 
     def work(conn: Connection) -> Sequence[Any]:
-        # The excluded crates are read once the transaction has begun (on SQLite: holds the
-        # write lock): a crate whose failure was written before is in the set the caller
-        # passes (it is added before the write), so it is never claimed twice in one run.
+        # The caller adds a failed crate to `exclude_crates` before its failure is written,
+        # and the set is live: read here, once the transaction has begun, it keeps such
+        # crates out of the query.
         excluded = sorted(exclude_crates.copy()) if exclude_crates else []
         claimable = and_(
             or_(table.c.PROCESSED.in_(CLAIMABLE), table.c.RESYNC.is_(True)),
@@ -278,6 +278,11 @@ def claim(
             if db.is_sqlite
             else _pick_locking(conn, table, claimable, columns, crates, max_events, after)
         )
+        if exclude_crates:
+            # On a server a failure can be written between the query's build and its run
+            # (a locking read sees it); read again now, it was added before that write. A
+            # crate excluded here is left unleased, for the next run.
+            rows = [r for r in rows if r[1] not in exclude_crates]
         if rows:
             conn.execute(
                 update(table)

@@ -281,13 +281,6 @@ class CratesQueue:
             max_events,
             self._after,
         )
-        # On a server a crate that failed could be written back between the claim building its
-        # query and running it: it waits for the next run like the others (its ladder climbs
-        # once per run), so it goes straight back.
-        late = [event.id for event in events if event.crate_name in self.failed_crates]
-        if late:
-            release(self.db, self.worker, late)
-            events = [event for event in events if event.crate_name not in self.failed_crates]
         if not events:
             return
         self.claimed_events += len(events)
@@ -469,11 +462,7 @@ class Collector:
         todo = group
         outcomes: list[Outcome] = []
         if self.settings.skip_existing:
-            existing = self.queue.existing.pop(group[0].crate_name, None)
-            if existing is None:  # not read with the claim: read now
-                key = product_key(real)
-                known = await asyncio.to_thread(existing_versions, self.db, [key])
-                existing = known.get(key, set())
+            existing = self.queue.existing.pop(group[0].crate_name)  # read with the claim
             todo = [e for e in group if e.resync or e.version not in existing]
             outcomes = [
                 Outcome(e, SKIPPED) for e in group if not e.resync and e.version in existing
