@@ -71,10 +71,11 @@ class IndexEntry:
         return None
 
 
-def index_entry(content: bytes, validators: Validators) -> IndexEntry:
-    """An index file as the pipeline keeps it; its unreadable lines are logged (one warning
-    per crate) and carried in `problems`. Raises IndexFormatError when no line is readable."""
-    parsed = parse_index_file(content)
+def index_entry(content: bytes, validators: Validators, name: str | None = None) -> IndexEntry:
+    """An index file as the pipeline keeps it (the file of crate `name`: lines naming another
+    crate are unreadable); its unreadable lines are logged (one warning per crate) and carried
+    in `problems`. Raises IndexFormatError when no line is readable."""
+    parsed = parse_index_file(content, identity_key(name) if name is not None else None)
     real = parsed.versions[-1].name
     if parsed.problems:
         shown = "; ".join(str(p) for p in parsed.problems[:5])
@@ -129,7 +130,7 @@ class CratesClient:
             except NotFound as exc:
                 last = exc
                 continue
-            return index_entry(result.content, result.validators)
+            return index_entry(result.content, result.validators, variant)
         assert last is not None
         raise last
 

@@ -13,6 +13,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from stagecrawl.crates.names import identity_key, validate_name, validate_version
+from stagecrawl.errors import InputError
+
 
 class IndexFormatError(ValueError):
     """An index file has not one readable line (bad lines among good ones are reported in
@@ -75,9 +78,11 @@ _VERS = re.compile(r'"vers"\s*:\s*"([0-9A-Za-z.+-]{1,64})"')
 
 
 def parse_index_file(body: bytes | str, expected_key: str | None = None) -> ParsedIndex:
-    """Parse a whole index file line by line. A line that is not UTF-8, not JSON, or lacks a
-    field is skipped and reported (its number and why) while the other lines are used; a
-    file without a single readable version raises IndexFormatError naming the problems."""
+    """Parse a whole index file line by line. A line that is not UTF-8, not JSON, lacks a
+    field, has a name or version crates.io would refuse, or (given `expected_key`, the
+    identity key of the crate asked for) names another crate is skipped and reported (its
+    number and why) while the other lines are used; a file without a single readable version
+    raises IndexFormatError naming the problems."""
     data = body.encode("utf-8", errors="surrogatepass") if isinstance(body, str) else body
     versions: list[IndexVersion] = []
     problems: list[IndexProblem] = []
@@ -94,7 +99,12 @@ def parse_index_file(body: bytes | str, expected_key: str | None = None) -> Pars
         if not line.strip():
             continue
         try:
-            versions.append(_parse_line(line))
+            parsed = _parse_line(line)
+            # A line for another crate (`expected_key` is the identity key of the crate the
+            # file was asked for) is not this crate's version: skipped and reported.
+            if expected_key is not None and identity_key(parsed.name) != expected_key:
+                raise _BadLine(f"names crate {parsed.name!r}, not {expected_key!r}", parsed.vers)
+            versions.append(parsed)
         except _BadLine as exc:
             problems.append(IndexProblem(number, exc.reason, exc.version))
     if not versions:
@@ -146,9 +156,14 @@ def _parse_line(line: str) -> IndexVersion:
             pubtime=entry.get("pubtime"),
         )
         version.dependencies()  # the stored form must be buildable: a bad dependency is a bad line
-        return version
     except (TypeError, ValueError, AttributeError) as exc:
         raise _BadLine(f"malformed: {exc}", _text_or_none(vers)) from None
+    try:  # crates.io's own rules: what it could not have published never enters the queue
+        validate_name(version.name)
+        validate_version(version.vers, version.name)
+    except InputError as exc:
+        raise _BadLine(str(exc), version.vers) from None
+    return version
 
 
 def _version_in(text: str) -> str | None:

@@ -13,23 +13,26 @@ import asyncio
 import fnmatch
 import hashlib
 import io
+import logging
 import os
 import re
 import tarfile
 import tempfile
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from stagecrawl.crates.client import CratesClient, explain
 from stagecrawl.crates.config import DEFAULT_INDEX_URL
 from stagecrawl.crates.index import IndexFormatError
+from stagecrawl.crates.names import validate_name, validate_version
 from stagecrawl.crates.queue import NewEvent, register
 from stagecrawl.engine.commands import CommandResult, CommandTimeout, run_command
 from stagecrawl.engine.shutdown import GracefulStop, Interrupted
 from stagecrawl.errors import FetchError, InputError, NotFound
 from stagecrawl.storage.db import Database
 
+log = logging.getLogger("stagecrawl.lock")
 CRATES_IO_SOURCES = frozenset(
     {
         "registry+https://github.com/rust-lang/crates.io-index",
@@ -247,6 +250,8 @@ class TagReport:
     crates: frozenset[str] = frozenset()
     error: str | None = None
     index_failed: dict[str, str] | None = None
+    # "name version" -> why crates.io could not have published it: never registered
+    rejected: dict[str, str] = field(default_factory=dict)
 
 
 async def register_lock(
@@ -260,7 +265,15 @@ async def register_lock(
     """Register the events one lock asks for, tagged with its label: every version of each
     crate it names (from the index, yanked flagged), or with `pinned_only` just the pins,
     from the lock file alone (the collect that follows asks the index, the authority)."""
-    external = external_crates(packages)
+    external = []
+    for package in external_crates(packages):
+        try:  # before any URL is built from it or anything is registered
+            validate_name(package.name)
+            validate_version(package.version, package.name)
+            external.append(package)
+        except InputError as exc:
+            report.rejected[f"{package.name} {package.version}"] = str(exc)
+            log.warning("%s: package skipped, never registered: %s", report.label, exc)
     report.packages = len(packages)
     report.crates = frozenset(p.name for p in external)
     report.external = len(report.crates)

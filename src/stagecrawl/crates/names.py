@@ -14,6 +14,19 @@ from stagecrawl.errors import InputError
 
 MAX_NAME_LENGTH = 64
 _VALID = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+MAX_VERSION_LENGTH = 100  # the width of stagecrawl's VERSION columns
+# SemVer 2.0.0 as crates.io checks a published version (the `semver` crate's
+# Version::parse): no leading zero in a number nor in a numeric pre-release identifier, no
+# empty identifier. The pattern is semver.org's own; crates/semver.py orders versions and is
+# lenient on purpose, this one decides what may enter the queue.
+_NUMBER = r"0|[1-9][0-9]*"
+_PRE_PART = r"0|[1-9][0-9]*|[0-9]*[A-Za-z-][0-9A-Za-z-]*"
+_SEMVER = re.compile(
+    rf"^(?:{_NUMBER})\.(?:{_NUMBER})\.(?:{_NUMBER})"
+    rf"(?:-(?:{_PRE_PART})(?:\.(?:{_PRE_PART}))*)?"
+    r"(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?$"
+)
+U64_MAX = 2**64 - 1  # each of MAJOR.MINOR.PATCH is a u64 in cargo
 
 
 def validate_name(name: str) -> str:
@@ -26,12 +39,28 @@ def validate_name(name: str) -> str:
         raise InputError("invalid crate name '': empty")
     if len(name) > MAX_NAME_LENGTH:
         raise InputError(f"invalid crate name {shown!r}: longer than {MAX_NAME_LENGTH} characters")
-    if not name.isascii() or not _VALID.match(name):
+    # fullmatch: `$` would let a final newline through
+    if not name.isascii() or not _VALID.fullmatch(name):
         raise InputError(
             f"invalid crate name {shown!r}: use ASCII letters, digits, '-' and '_',"
             " starting with a letter"
         )
     return name
+
+
+def validate_version(version: str, crate: str) -> str:
+    """Return `version` if crates.io could have published it for `crate` (SemVer 2.0.0),
+    else raise InputError naming both."""
+    shown = version if len(version) <= 80 else version[:80] + "…"
+    if len(version) > MAX_VERSION_LENGTH:
+        reason = f"longer than {MAX_VERSION_LENGTH} characters"
+    elif not version.isascii() or not _SEMVER.fullmatch(version):
+        reason = "not a semantic version (MAJOR.MINOR.PATCH[-PRE][+BUILD], no leading zeros)"
+    elif any(int(n) > U64_MAX for n in version.split("+")[0].split("-")[0].split(".")):
+        reason = "a number is larger than 2^64 - 1"
+    else:
+        return version
+    raise InputError(f"invalid version {shown!r} of crate {crate!r}: {reason}")
 
 
 def identity_key(name: str) -> str:

@@ -224,7 +224,7 @@ class LockReport:
 
     @property
     def problems(self) -> bool:
-        return any(r.error or r.not_found for r in self.tags)
+        return any(r.error or r.not_found or r.rejected for r in self.tags)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -237,6 +237,7 @@ class LockReport:
                     "new_events": r.new_events,
                     "not_found": list(r.not_found),
                     "index_failed": r.index_failed or {},
+                    "rejected": dict(sorted(r.rejected.items())),
                     "error": r.error,
                 }
                 for r in self.tags

@@ -105,7 +105,7 @@ async def refresh(
             report.unchanged_body += 1
             return None
         try:
-            entry = index_entry(result.content, result.validators)
+            entry = index_entry(result.content, result.validators, state["NAME"])
         except IndexFormatError as exc:
             report.failed[state["NAME"]] = str(exc)
             return None

@@ -38,7 +38,7 @@ from stagecrawl.crates.queue import (
 )
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.engine.work import LoopSettings, LoopStats, WorkLoop
-from stagecrawl.errors import FetchError, LimiterUnavailable, NotFound
+from stagecrawl.errors import FetchError, InputError, LimiterUnavailable, NotFound
 from stagecrawl.secrets import redact
 from stagecrawl.storage.db import Database
 
@@ -283,6 +283,12 @@ class Seeder:
         return self.report
 
     async def _process(self, seed: Seed) -> SeedResult:
+        try:  # a name put on the seed table by other means than add_seeds: never asked
+            validate_name(seed.name)
+        except InputError as exc:
+            self.queue._failed.add(seed.crate_name)
+            log.warning("seed skipped: %s", exc)
+            return SeedResult(seed, None, GAVE_UP, str(exc))
         try:
             entry = await self.client.index(seed.name)
         except NotFound:
