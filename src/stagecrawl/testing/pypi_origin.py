@@ -89,7 +89,7 @@ class Project:
 def version_from_filename(project: str, filename: str) -> str | None:
     """The version part of a wheel or sdist name (the origin's own reading, for its routes)."""
     stem = re.sub(r"\.(whl|tar\.gz|zip|tar\.bz2|egg|exe|tgz)$", "", filename)
-    if filename.endswith(".whl"):
+    if filename.endswith((".whl", ".egg")):
         parts = stem.split("-")
         return parts[1] if len(parts) >= 5 else None
     prefix_len = len(project)
