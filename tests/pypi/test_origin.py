@@ -87,7 +87,7 @@ def test_files_host_serves_core_metadata_matching_the_page(pypi: PyPIOrigin) -> 
 
 
 def test_strict_lanes_answer_429_past_their_rate(pypi: PyPIOrigin) -> None:
-    pypi.strict(index_rate=0.5, api_rate=0.5, files_rate=0.5)
+    pypi.strict(index_rate=0.5, api_rate=0.5, files_rate=0.5, burst=1)
     assert get(f"{pypi.url}/simple/six/", accept=SIMPLE_JSON).status == 200
     assert get(f"{pypi.url}/simple/six/", accept=SIMPLE_JSON).status == 429
     assert get(f"{pypi.url}/pypi/six/json").status == 200  # another lane, its own bucket

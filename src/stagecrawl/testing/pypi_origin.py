@@ -183,13 +183,20 @@ class PyPIOrigin(TestOrigin):
 
     # -- politeness and misbehaviour ------------------------------------------------------
     def strict(
-        self, index_rate: float, api_rate: float, files_rate: float, retry_after: str | None = None
+        self,
+        index_rate: float,
+        api_rate: float,
+        files_rate: float,
+        burst: int = 2,
+        retry_after: str | None = None,
     ) -> dict[str, Rule]:
-        """One token bucket (burst 1) per lane, as a registry that bans the impolite would."""
+        """One token bucket per lane, as a registry that bans the impolite would. A client
+        pacing at burst 1 never needs the second token; it absorbs the jitter between the
+        client's send and the server's arrival times (as tests/crates/test_pacing does)."""
         rates = {"index": index_rate, "api": api_rate, "files": files_rate}
         return {
             lane: self.rule(
-                LANE_PATTERNS[lane], bucket_rate=rate, bucket_burst=1, retry_after=retry_after
+                LANE_PATTERNS[lane], bucket_rate=rate, bucket_burst=burst, retry_after=retry_after
             )
             for lane, rate in rates.items()
         }
