@@ -116,3 +116,32 @@ async def test_strict_origin_sees_no_429_at_the_lane_rates(pypi: PyPIOrigin) -> 
             await collect_project(client, name)
     assert [r.status for r in pypi.log if r.status == 429] == []
     assert pypi.max_in_window("/files/*", 0.999) <= 20
+
+
+async def test_collect_one_matches_pins_by_pep440_equality(pypi: PyPIOrigin) -> None:
+    from stagecrawl.pypi.work import FAILED, NOT_FOUND, SEEDED, collect_one, seed_one
+
+    client = client_for(pypi)
+    now = datetime(2026, 1, 1)
+    async with client.fetcher:
+        result = await collect_one(client, "PyYAML", {"3.13.0", "9.9"}, now)
+        assert result.state == SEEDED
+        assert [r["VERSION"] for r in result.version_rows] == ["3.13"]
+        assert result.missing == {"9.9"}
+        assert result.product_row is not None and result.product_row["NAME"] == "PyYAML"
+        skipped = await collect_one(client, "toga", {"0.3.0", "0.4.0"}, now, skip={"0.4.0"})
+        assert [r["VERSION"] for r in skipped.version_rows] == ["0.3.0"]
+        assert skipped.listed == {
+            "0.3.0.dev1": False,
+            "0.3.0.dev2": False,
+            "0.3.0": False,
+            "0.4.0": False,
+        }
+        assert (await collect_one(client, "nope-nope", {"1"}, now)).state == NOT_FOUND
+        pypi.misbehave("/simple/six/", "html")
+        failed = await collect_one(client, "six", {"1.11.0"}, now)
+        assert failed.state == FAILED and failed.error and "HTML" in failed.error
+        seeded = await seed_one(client, "Requests")
+        assert seeded.state == SEEDED and seeded.page is not None
+        assert len(seeded.page.project.releases) == 6
+        assert (await seed_one(client, "six")).state == FAILED

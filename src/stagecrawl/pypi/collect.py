@@ -25,7 +25,7 @@ from stagecrawl.pypi.licenses import declared_license
 from stagecrawl.pypi.metadata import CoreMetadata
 from stagecrawl.pypi.names import product_key
 from stagecrawl.pypi.simple import SimpleRelease
-from stagecrawl.pypi.versions import is_valid, latest_version
+from stagecrawl.pypi.versions import is_valid, latest_version, version_key
 
 LANGUAGE, REPOSITORY = "python", "PyPI"
 PROJECT_PAGE = "https://pypi.org/project/"
@@ -69,7 +69,8 @@ async def collect_project(
     client: PyPIClient, name: str, wanted: set[str] | None = None, skip: set[str] | None = None
 ) -> CollectedProject:
     """Fetch and enrich one project. `wanted` limits enrichment to those versions (every
-    version is still listed); `skip` leaves out versions already stored. Raises NotFound for
+    version is still listed); `skip` leaves out versions already stored (both by PEP 440
+    equality: a pin `3.13.0` is the release PyPI lists as `3.13`). Raises NotFound for
     an unknown project and SimpleFormatError for an unreadable Simple page."""
     page = await client.simple(name)
     assert page is not None  # no validators were sent, so no 304
@@ -81,10 +82,13 @@ async def collect_project(
         async with gate:
             return await _enrich(client, display, release)
 
+    wanted_keys = None if wanted is None else {version_key(v) for v in wanted}
+    skip_keys = {version_key(v) for v in skip or ()}
     chosen = [
         r
         for r in page.project.releases
-        if (wanted is None or r.version in wanted) and (skip is None or r.version not in skip)
+        if (wanted_keys is None or version_key(r.version) in wanted_keys)
+        and version_key(r.version) not in skip_keys
     ]
     facts = list(await asyncio.gather(*(enrich(r) for r in chosen)))
     return CollectedProject(page.project.name, display, page, project_api, facts)

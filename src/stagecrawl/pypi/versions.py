@@ -23,6 +23,12 @@ def is_valid(text: str) -> bool:
     return parse(text) is not None
 
 
+def version_key(text: str) -> Version | str:
+    """What two spellings of one version share (PEP 440 equality: 3.13 == 3.13.0); an invalid
+    version is only equal to itself."""
+    return parse(text) or text
+
+
 def sort_key(text: str) -> tuple[int, Version | str]:
     """Invalid versions first (below every valid one), among themselves by their text."""
     parsed = parse(text)
