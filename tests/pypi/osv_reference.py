@@ -62,9 +62,9 @@ def _in_range(version: Version, events: list[dict[str, str]]) -> bool:
         limit = Version("0") if value == "0" else Version(value)
         if kind == "introduced" and (value == "0" or version >= limit):
             affected = True
-        elif kind == "fixed" and version >= limit:
-            affected = False
-        elif kind == "last_affected" and version > limit:
+        elif (kind == "fixed" and version >= limit) or (
+            kind == "last_affected" and version > limit
+        ):
             affected = False
     return affected
 
