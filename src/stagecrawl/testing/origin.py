@@ -130,6 +130,11 @@ class TestOrigin:
         return best
 
     # -- serving --------------------------------------------------------------------------
+    async def route(self, request: web.Request, rules: list[Rule]) -> web.StreamResponse | None:
+        """A subclass's computed answer for a path (after the rules let it through), or None
+        to serve the fixture tree."""
+        return None
+
     def _lookup(self, path: str) -> bytes | None:
         if path in self.files:
             return self.files[path]
@@ -191,6 +196,9 @@ class TestOrigin:
         handler = self.handlers.get(request.path)
         if handler is not None:
             return await handler(request)
+        routed = await self.route(request, rules)
+        if routed is not None:
+            return routed
         body = next((r.body for r in rules if r.body is not None), None)
         if body is None:
             body = self._lookup(request.path)

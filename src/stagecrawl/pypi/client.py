@@ -1,0 +1,85 @@
+"""PyPI's three endpoints as the pipeline sees them, each a lane of its own: the Simple API
+(`index`, authoritative), the JSON API (`api`, enrichment; its 301s to the display name are
+followed, relative Location included) and the files host (`files`, PEP 658 core metadata)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from stagecrawl.engine.fetcher import Fetcher, FetchResult, Validators
+from stagecrawl.errors import NotFound
+from stagecrawl.pypi.jsonapi import ApiRelease, parse_json_api
+from stagecrawl.pypi.metadata import CoreMetadata, parse_core_metadata
+from stagecrawl.pypi.names import normalize
+from stagecrawl.pypi.simple import SIMPLE_JSON, DistFile, SimpleProject, parse_simple_page
+
+DEFAULT_INDEX_URL = "https://pypi.org/simple/"
+DEFAULT_API_URL = "https://pypi.org/"
+INDEX, API, FILES = "index", "api", "files"
+
+
+class MetadataMismatch(ValueError):
+    """A core metadata file whose sha256 is not the one the Simple page announced."""
+
+
+@dataclass(frozen=True)
+class SimplePage:
+    project: SimpleProject
+    validators: Validators
+    last_serial: int | None  # X-PyPI-Last-Serial (or the page's meta._last-serial)
+
+
+class PyPIClient:
+    def __init__(self, fetcher: Fetcher, index_url: str, api_url: str) -> None:
+        self.fetcher = fetcher
+        self.index_url = index_url.rstrip("/") + "/"
+        self.api_url = api_url.rstrip("/") + "/"
+
+    async def simple(self, name: str, validators: Validators | None = None) -> SimplePage | None:
+        """The project's Simple page in JSON; None when `validators` still match (304).
+        Raises NotFound for an unknown project, SimpleFormatError for a reply that is not a
+        PEP 691 page (HTML where JSON was asked, not JSON)."""
+        url = f"{self.index_url}{normalize(name)}/"
+        result = await self.fetcher.get(
+            url, lane=INDEX, validators=validators, headers={"Accept": SIMPLE_JSON}
+        )
+        if result.not_modified:
+            return None
+        project = parse_simple_page(result.content, result.url, name)
+        return SimplePage(project, result.validators, _serial(result) or project.last_serial)
+
+    async def project(self, name: str) -> ApiRelease | None:
+        """The JSON API's project form (display name, latest release's info), None on 404."""
+        return await self._api(f"{self.api_url}pypi/{name}/json")
+
+    async def release(self, name: str, version: str) -> ApiRelease | None:
+        return await self._api(f"{self.api_url}pypi/{name}/{version}/json")
+
+    async def _api(self, url: str) -> ApiRelease | None:
+        try:
+            result = await self.fetcher.get(url, lane=API, headers={"Accept": "application/json"})
+        except NotFound:
+            return None
+        return parse_json_api(result.content)
+
+    async def metadata(self, file: DistFile) -> CoreMetadata | None:
+        """A file's PEP 658 core metadata, None when the files host does not have it. Raises
+        MetadataMismatch when its hash is not the one the Simple page gave."""
+        try:
+            result = await self.fetcher.get(file.metadata_url, lane=FILES)
+        except NotFound:
+            return None
+        if file.core_metadata_sha256:
+            digest = hashlib.sha256(result.content).hexdigest()
+            if digest != file.core_metadata_sha256:
+                raise MetadataMismatch(
+                    f"{file.filename}.metadata: sha256 {digest[:12]}… is not the announced"
+                    f" {file.core_metadata_sha256[:12]}…"
+                )
+        return parse_core_metadata(result.content)
+
+
+def _serial(result: FetchResult) -> int | None:
+    value = result.headers.get("x-pypi-last-serial")
+    return int(value) if value and value.isdigit() else None

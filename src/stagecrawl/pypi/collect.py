@@ -1,0 +1,223 @@
+"""Collecting one project: its Simple page says which versions exist (and which are yanked);
+each version's dependencies and license come from the core metadata of a file that offers it
+(files lane), else from the JSON API's release form (api lane); the project form gives the
+display name and summary. The result is the VERSION and PRODUCT rows, ready for their owners.
+
+A version with no metadata file and `requires_dist: null` in the JSON API has *unknown*
+dependencies (DEPENDENCIES NULL), never "none" (`[]`): PyPI's per-release metadata comes from
+the first upload, often an sdist that never reported them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from stagecrawl.errors import NotFound
+from stagecrawl.pypi.client import MetadataMismatch, PyPIClient, SimplePage
+from stagecrawl.pypi.deps import dependencies
+from stagecrawl.pypi.jsonapi import ApiRelease
+from stagecrawl.pypi.licenses import declared_license
+from stagecrawl.pypi.metadata import CoreMetadata
+from stagecrawl.pypi.names import product_key
+from stagecrawl.pypi.simple import SimpleRelease
+from stagecrawl.pypi.versions import is_valid, latest_version, version_key
+
+LANGUAGE, REPOSITORY = "python", "PyPI"
+PROJECT_PAGE = "https://pypi.org/project/"
+VERSION_CONCURRENCY = 16  # enrichment requests of one project in flight; the lanes pace them
+
+Standardise = Callable[[str], str | None]
+
+
+@dataclass
+class VersionFacts:
+    """What stagecrawl knows of one version after enrichment."""
+
+    release: SimpleRelease
+    metadata: CoreMetadata | None = None
+    api: ApiRelease | None = None
+    source: str | None = None  # metadata | json-api | None (neither answered)
+    problem: str | None = None
+
+
+@dataclass
+class CollectedProject:
+    name: str  # normalised
+    display_name: str
+    page: SimplePage
+    project_api: ApiRelease | None
+    versions: list[VersionFacts] = field(default_factory=list)
+
+    @property
+    def invalid_versions(self) -> list[str]:
+        return [v.release.version for v in self.versions if not is_valid(v.release.version)]
+
+    @property
+    def problems(self) -> list[str]:
+        found = list(self.page.project.problems)
+        found += [f"{v.release.version}: {v.problem}" for v in self.versions if v.problem]
+        found += [f"{v}: not a PEP 440 version (kept)" for v in self.invalid_versions]
+        return found
+
+
+async def collect_project(
+    client: PyPIClient, name: str, wanted: set[str] | None = None, skip: set[str] | None = None
+) -> CollectedProject:
+    """Fetch and enrich one project. `wanted` limits enrichment to those versions (every
+    version is still listed); `skip` leaves out versions already stored (both by PEP 440
+    equality: a pin `3.13.0` is the release PyPI lists as `3.13`). Raises NotFound for
+    an unknown project and SimpleFormatError for an unreadable Simple page."""
+    page = await client.simple(name)
+    assert page is not None  # no validators were sent, so no 304
+    project_api = await client.project(page.project.name)
+    display = project_api.display_name if project_api else page.project.name
+    gate = asyncio.Semaphore(VERSION_CONCURRENCY)
+
+    async def enrich(release: SimpleRelease) -> VersionFacts:
+        async with gate:
+            return await _enrich(client, display, release)
+
+    wanted_keys = None if wanted is None else {version_key(v) for v in wanted}
+    skip_keys = {version_key(v) for v in skip or ()}
+    chosen = [
+        r
+        for r in page.project.releases
+        if (wanted_keys is None or version_key(r.version) in wanted_keys)
+        and version_key(r.version) not in skip_keys
+    ]
+    facts = list(await asyncio.gather(*(enrich(r) for r in chosen)))
+    return CollectedProject(page.project.name, display, page, project_api, facts)
+
+
+async def _enrich(client: PyPIClient, display: str, release: SimpleRelease) -> VersionFacts:
+    facts = VersionFacts(release)
+    offered = release.metadata_file()
+    if offered is not None:
+        try:
+            facts.metadata = await client.metadata(offered)
+        except MetadataMismatch as exc:
+            facts.problem = str(exc)
+        if facts.metadata is not None:
+            facts.source = "metadata"
+            return facts
+    try:
+        facts.api = await client.release(display, release.version)
+    except NotFound:
+        facts.api = None
+    if facts.api is not None:
+        facts.source = "json-api"
+    return facts
+
+
+def _release_date(release: SimpleRelease) -> datetime | None:
+    times = sorted(f.upload_time for f in release.files if f.upload_time)
+    if not times:
+        return None
+    try:
+        return (
+            datetime.fromisoformat(times[0].replace("Z", "+00:00"))
+            .astimezone(UTC)
+            .replace(tzinfo=None)
+        )
+    except ValueError:
+        return None
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def version_row(
+    project: CollectedProject, facts: VersionFacts, now: datetime, standardise: Standardise | None
+) -> dict[str, Any]:
+    release, meta, api = facts.release, facts.metadata, facts.api
+    if meta is not None:
+        requires: tuple[str, ...] | None = meta.requires_dist
+        extras: tuple[str, ...] | None = meta.provides_extra
+        license_ = declared_license(
+            meta.license_expression, meta.license, meta.classifiers, standardise
+        )
+        summary, urls, requires_python = meta.summary, meta.project_urls, meta.requires_python
+        home = meta.home_page
+    elif api is not None:
+        requires, extras = api.requires_dist, api.provides_extra
+        license_ = declared_license(
+            api.license_expression, api.license, api.classifiers, standardise
+        )
+        summary, urls, requires_python = api.summary, api.project_urls, api.requires_python
+        home = api.home_page
+    else:
+        requires, extras, summary, urls, home = None, None, None, {}, None
+        license_ = declared_license(None, None, (), standardise)
+        requires_python = None
+    deps = dependencies(requires)
+    features: dict[str, list[str]] = {}
+    for dep in deps or []:
+        if dep.get("extra"):
+            features.setdefault(dep["extra"], []).append(dep["name"])
+    expression = license_.expression
+    return {
+        "LANGUAGE": LANGUAGE,
+        "REPOSITORY": REPOSITORY,
+        "PRODUCT_KEY": product_key(project.name),
+        "VERSION": release.version,
+        "NAME": project.display_name,
+        "DESCRIPTION": summary,
+        "LICENSE": license_.text,
+        "STANDARD_LICENSE": None,
+        "LICENSE_IDS": None,
+        "LICENSE_EXPRESSION": expression,
+        "LICENSE_AI": None,
+        "DEPENDENCIES": None if deps is None else _dumps(deps),
+        "FEATURES": _dumps(features),
+        "CHECKSUM": next((f.hashes.get("sha256") for f in release.files if f.hashes), None),
+        "YANKED": release.yanked,
+        "RUST_VERSION": None,
+        "LINKS": None,
+        "URL": f"{PROJECT_PAGE}{project.name}/{release.version}/",
+        "SCM": _dumps({"home_page": home, "project_urls": urls}),
+        "DOWNLOADS": None,
+        "RELEASE_DATE": _release_date(release),
+        "LAST_UPDATED": now,
+        # PyPI's own facts
+        "YANKED_REASON": release.yanked_reason,
+        "REQUIRES_PYTHON": release.requires_python or requires_python,
+        "EXTRAS": None if extras is None else _dumps(list(extras)),
+        "FILES": _dumps([f.as_row() for f in release.files]),
+        "DEPENDENCY_SOURCE": facts.source,
+        "LICENSE_SOURCE": license_.source,
+        "VERSION_VALID": is_valid(release.version),
+    }
+
+
+def product_row(project: CollectedProject, now: datetime) -> dict[str, Any]:
+    pairs = [(r.version, r.yanked) for r in project.page.project.releases]
+    api = project.project_api
+    return {
+        "LANGUAGE": LANGUAGE,
+        "REPOSITORY": REPOSITORY,
+        "PRODUCT_KEY": product_key(project.name),
+        "NAME": project.display_name,
+        "DESCRIPTION": api.summary if api else None,
+        "LATEST_VERSION": latest_version(pairs),
+        "COMP_STATUS": "ACTIVE" if any(not y for _, y in pairs) else "YANKED",
+        "URL": f"{PROJECT_PAGE}{project.name}/",
+        "SCM": _dumps({"home_page": api.home_page, "project_urls": api.project_urls})
+        if api
+        else None,
+        "KEYWORDS": None,
+        "CATEGORIES": _dumps(list(api.classifiers)) if api else None,
+        "DOWNLOADS": None,
+        "VERSION_COUNT": len(pairs),
+        "LAST_UPDATED": now,
+        # PyPI's own facts
+        "PROJECT_STATUS": project.page.project.status,
+        "LAST_SERIAL": project.page.last_serial,
+        "ETAG": project.page.validators.etag,
+        "INVALID_VERSIONS": _dumps(project.invalid_versions) if project.invalid_versions else None,
+    }

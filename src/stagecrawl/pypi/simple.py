@@ -1,0 +1,211 @@
+"""The Simple API's project page in its JSON form (PEP 691), authoritative for which versions
+exist: PEP 700 `versions`, `files` with hashes, `requires-python`, `size`, `upload-time`,
+`yanked` (PEP 592) and `core-metadata` (PEP 714; `data-dist-info-metadata`, PEP 658's
+spelling, is read too). Keys it does not know are ignored; an api-version other than 1.x is
+refused (PEP 629)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urljoin
+
+from stagecrawl.pypi.names import normalize
+from stagecrawl.pypi.versions import parse
+
+SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
+DIST_SUFFIXES = (
+    ".whl",
+    ".tar.gz",
+    ".zip",
+    ".tar.bz2",
+    ".tgz",
+    ".tar.xz",
+    ".tar",
+    ".egg",
+    ".exe",
+    ".msi",
+    ".rpm",
+    ".dmg",
+)
+_PLATFORM_TAIL = re.compile(r"\.(win32|win-amd64|macosx-[^-]+|linux-[^-]+)(-py\d+(\.\d+)?)?$")
+
+
+class SimpleFormatError(ValueError):
+    """A reply that is not a PEP 691 project page (HTML, not JSON, the wrong shape)."""
+
+
+@dataclass(frozen=True)
+class DistFile:
+    filename: str
+    url: str
+    version: str | None
+    hashes: Mapping[str, str]
+    requires_python: str | None
+    size: int | None
+    upload_time: str | None
+    yanked: bool
+    yanked_reason: str | None
+    core_metadata: bool  # PEP 658: `<url>.metadata` exists
+    core_metadata_sha256: str | None
+
+    @property
+    def metadata_url(self) -> str:
+        return self.url.split("#", 1)[0] + ".metadata"
+
+    @property
+    def is_wheel(self) -> bool:
+        return self.filename.endswith(".whl")
+
+    def as_row(self) -> dict[str, Any]:
+        """What VERSION keeps of a file (its FILES column)."""
+        return {
+            "filename": self.filename,
+            "hashes": dict(self.hashes),
+            "size": self.size,
+            "upload_time": self.upload_time,
+            "requires_python": self.requires_python,
+            "yanked": self.yanked,
+            "yanked_reason": self.yanked_reason,
+        }
+
+
+@dataclass(frozen=True)
+class SimpleRelease:
+    version: str
+    files: tuple[DistFile, ...]
+
+    @property
+    def yanked(self) -> bool:
+        """PEP 592: yanked when every one of its files is (a version with no files is not)."""
+        return bool(self.files) and all(f.yanked for f in self.files)
+
+    @property
+    def yanked_reason(self) -> str | None:
+        reasons = [f.yanked_reason for f in self.files if f.yanked_reason]
+        return reasons[0] if self.yanked and reasons else None
+
+    @property
+    def requires_python(self) -> str | None:
+        return next((f.requires_python for f in self.files if f.requires_python), None)
+
+    def metadata_file(self) -> DistFile | None:
+        """The file whose core metadata stands for the release: a wheel that offers it."""
+        offered = [f for f in self.files if f.core_metadata]
+        wheels = [f for f in offered if f.is_wheel]
+        chosen = wheels or offered
+        return chosen[0] if chosen else None
+
+
+@dataclass(frozen=True)
+class SimpleProject:
+    name: str  # normalised
+    api_version: str
+    last_serial: int | None
+    status: str | None  # PEP 792 project-status
+    releases: tuple[SimpleRelease, ...]
+    problems: tuple[str, ...] = field(default=())
+
+    def release(self, version: str) -> SimpleRelease | None:
+        return next((r for r in self.releases if r.version == version), None)
+
+
+def version_of(project: str, filename: str) -> str | None:
+    """The version part of a distribution's file name, spelled as uploaded, or None."""
+    suffix = next((s for s in DIST_SUFFIXES if filename.lower().endswith(s)), None)
+    if suffix is None:
+        return None
+    stem = filename[: -len(suffix)]
+    if suffix in (".whl", ".egg"):
+        parts = stem.split("-")
+        return parts[1] if len(parts) >= 2 and parts[1] else None
+    key = normalize(project)
+    for index, char in enumerate(stem):
+        if char == "-" and normalize(stem[:index]) == key:
+            version = stem[index + 1 :]
+            if suffix in (".exe", ".msi", ".rpm", ".dmg"):
+                version = _PLATFORM_TAIL.sub("", version)
+            return version or None
+    return None
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value.strip() else None
+
+
+def _file(entry: Any, page_url: str, project: str) -> DistFile:
+    if not isinstance(entry, dict) or not isinstance(entry.get("filename"), str):
+        raise SimpleFormatError("a file entry has no filename")
+    if not isinstance(entry.get("url"), str):
+        raise SimpleFormatError(f"file {entry['filename']} has no url")
+    hashes = entry.get("hashes")
+    yanked = entry.get("yanked", False)
+    meta = entry.get("core-metadata", entry.get("data-dist-info-metadata", False))
+    size = entry.get("size")
+    return DistFile(
+        filename=entry["filename"],
+        url=urljoin(page_url, entry["url"]),  # PEP 691 allows relative URLs
+        version=version_of(project, entry["filename"]),
+        hashes={str(k): str(v) for k, v in hashes.items()} if isinstance(hashes, dict) else {},
+        requires_python=_text(entry.get("requires-python")),
+        size=size if isinstance(size, int) else None,
+        upload_time=_text(entry.get("upload-time")),
+        yanked=bool(yanked),
+        yanked_reason=yanked if isinstance(yanked, str) and yanked else None,
+        core_metadata=bool(meta),
+        core_metadata_sha256=str(meta["sha256"])
+        if isinstance(meta, dict) and "sha256" in meta
+        else None,
+    )
+
+
+def parse_simple_page(content: bytes, page_url: str, project: str) -> SimpleProject:
+    """A PEP 691 JSON project page. Raises SimpleFormatError on HTML, non-JSON or the wrong
+    shape. Versions come from PEP 700 `versions` when the page has them (a version may have no
+    files), else from the file names; a file whose version cannot be made out is reported in
+    `problems`, never guessed."""
+    head = content.lstrip()[:64].lower()
+    if head.startswith((b"<!doctype", b"<html", b"<")):
+        raise SimpleFormatError("an HTML page where the Simple API JSON was asked for")
+    try:
+        document = json.loads(content)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise SimpleFormatError(f"not JSON ({str(exc)[:80]})") from None
+    if not isinstance(document, dict) or not isinstance(document.get("files"), list):
+        raise SimpleFormatError("not a Simple API project page (no files list)")
+    meta: dict[str, Any] = document["meta"] if isinstance(document.get("meta"), dict) else {}
+    api_version = str(meta.get("api-version", "1.0"))
+    if not api_version.startswith("1."):
+        raise SimpleFormatError(f"Simple API version {api_version} (stagecrawl reads 1.x)")
+    name = normalize(str(document.get("name") or project))
+    files = [_file(entry, page_url, name) for entry in document["files"]]
+    problems = [
+        f"{f.filename}: version not recognisable in the file name"
+        for f in files
+        if f.version is None
+    ]
+    listed = document.get("versions")
+    spelled: dict[Any, str] = {}
+    if isinstance(listed, list):
+        for version in listed:
+            spelled.setdefault(parse(str(version)) or str(version), str(version))
+    for f in files:
+        if f.version is not None:
+            spelled.setdefault(parse(f.version) or f.version, f.version)
+    by_version: dict[str, list[DistFile]] = {v: [] for v in spelled.values()}
+    for f in files:
+        if f.version is not None:
+            by_version[spelled[parse(f.version) or f.version]].append(f)
+    status = document.get("project-status")
+    serial = meta.get("_last-serial")
+    return SimpleProject(
+        name=name,
+        api_version=api_version,
+        last_serial=serial if isinstance(serial, int) else None,
+        status=str(status.get("status")) if isinstance(status, dict) else None,
+        releases=tuple(SimpleRelease(v, tuple(fs)) for v, fs in by_version.items()),
+        problems=tuple(problems),
+    )

@@ -1,0 +1,57 @@
+"""PEP 440 versions through `packaging`. A version string that does not parse (`unknown`,
+`.9`) is kept as PyPI lists it, reported, sorted below every valid one and never matched by an
+advisory range."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from functools import lru_cache
+
+from packaging.version import InvalidVersion, Version
+
+
+@lru_cache(maxsize=65536)
+def parse(text: str) -> Version | None:
+    """The PEP 440 version, or None when `text` is not one."""
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
+
+
+def is_valid(text: str) -> bool:
+    return parse(text) is not None
+
+
+def version_key(text: str) -> Version | str:
+    """What two spellings of one version share (PEP 440 equality: 3.13 == 3.13.0); an invalid
+    version is only equal to itself."""
+    return parse(text) or text
+
+
+def sort_key(text: str) -> tuple[int, Version | str]:
+    """Invalid versions first (below every valid one), among themselves by their text."""
+    parsed = parse(text)
+    return (0, text) if parsed is None else (1, parsed)
+
+
+def sorted_versions(versions: Iterable[str]) -> list[str]:
+    return sorted(versions, key=sort_key)
+
+
+def is_final(text: str) -> bool:
+    """A final release (no pre-, dev- part; post-releases count as final, as pip sees them)."""
+    parsed = parse(text)
+    return parsed is not None and not parsed.is_prerelease
+
+
+def latest_version(pairs: Iterable[tuple[str, bool]]) -> str | None:
+    """LATEST_VERSION from (version, yanked) pairs: the highest non-yanked final release,
+    else the highest version of all."""
+    listed = list(pairs)
+    finals = [v for v, yanked in listed if not yanked and is_final(v)]
+    if finals:
+        return max(finals, key=sort_key)
+    if listed:
+        return max((v for v, _ in listed), key=sort_key)
+    return None

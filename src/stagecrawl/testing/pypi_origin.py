@@ -1,0 +1,518 @@
+"""A PyPI look-alike on 127.0.0.1, built from real PyPI replies (`pypi_fixtures/`, licences
+and SOURCE notes beside them): what stagecrawl's PyPI tests, benches and demo crawl.
+
+One host serves the three PyPI endpoints under their own paths, each a lane of its own:
+
+- the Simple API, `/simple/<normalized>/`, in JSON (PEP 691, asked for with
+  `Accept: application/vnd.pypi.simple.v1+json`) or HTML (PEP 503, the default, as on PyPI);
+  a non-normalised name or a missing slash gets a 301 to the normalised page;
+- the JSON API, `/pypi/<name>/json` and `/pypi/<name>/<version>/json`; any spelling other than
+  the display name, or a trailing slash, gets `301` with a *relative* Location, as PyPI's CDN
+  answers since 2025;
+- a files host, `/files/packages/…/<filename>.metadata` (PEP 658/714 core metadata).
+
+Unknown projects get 404 `text/html`. Replies carry an ETag (a matching If-None-Match gets 304)
+and `X-PyPI-Last-Serial`. A request without a contact in its User-Agent gets 406, as PyPI
+refuses generic clients. `strict()` puts one token bucket (burst 1) on each lane; `misbehave()`
+serves HTML where JSON was asked, bodies that are not JSON, or 429s on demand. Everything
+the server sees is in `log` with its arrival time (from TestOrigin).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import copy
+import fnmatch
+import hashlib
+import html
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from stagecrawl.testing.origin import Rule, TestOrigin
+
+FIXTURES = Path(__file__).with_name("pypi_fixtures")
+SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
+SIMPLE_HTML = "application/vnd.pypi.simple.v1+html"
+LANE_PATTERNS = {"index": "/simple/*", "api": "/pypi/*", "files": "/files/*"}
+NOT_FOUND_HTML = b"<html><head><title>404 Not Found</title></head><body>Not Found</body></html>"
+
+
+def normalize(name: str) -> str:
+    """PEP 503 (written out here so the origin stays independent of the code it tests)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def has_contact(user_agent: str) -> bool:
+    """A User-Agent that says how to reach its operator: an e-mail address or a URL."""
+    return "@" in user_agent or "http://" in user_agent or "https://" in user_agent
+
+
+@dataclass
+class Project:
+    """One project as the origin holds it: its Simple page (as PyPI sent it), the JSON API
+    release replies it has, and the core metadata of its files by filename."""
+
+    display_name: str
+    page: dict[str, Any]
+    releases: dict[str, dict[str, Any]] = field(default_factory=dict)
+    metadata: dict[str, bytes] = field(default_factory=dict)
+    last_serial: int = 1
+
+    @property
+    def name(self) -> str:
+        return normalize(self.display_name)
+
+    def versions(self) -> list[str]:
+        listed = self.page.get("versions")
+        if isinstance(listed, list):
+            return [str(v) for v in listed]
+        seen: dict[str, None] = {}
+        for f in self.page.get("files", []):
+            seen.setdefault(version_from_filename(self.name, f["filename"]) or "", None)
+        return [v for v in seen if v]
+
+    def files_of(self, version: str) -> list[dict[str, Any]]:
+        return [
+            f
+            for f in self.page.get("files", [])
+            if version_from_filename(self.name, f["filename"]) == version
+        ]
+
+
+def version_from_filename(project: str, filename: str) -> str | None:
+    """The version part of a wheel or sdist name (the origin's own reading, for its routes)."""
+    stem = re.sub(r"\.(whl|tar\.gz|zip|tar\.bz2|egg|exe|tgz)$", "", filename)
+    if filename.endswith((".whl", ".egg")):
+        parts = stem.split("-")
+        return parts[1] if len(parts) >= 5 else None
+    prefix_len = len(project)
+    if normalize(stem[:prefix_len]) == project and stem[prefix_len : prefix_len + 1] == "-":
+        return stem[prefix_len + 1 :]
+    return None
+
+
+def _pypi_versions(name: str, page: dict[str, Any]) -> list[str]:
+    """The PEP 700 `versions` as PyPI would send them. Poetry's fixture pages list the versions
+    as its tests requested them (`3.13.0`, `0.3.0dev1`); PyPI lists each release under the
+    version it was uploaded as (`3.13`, `0.3.0.dev1`, the files' spelling), PEP 440-sorted."""
+    from packaging.version import InvalidVersion, Version
+
+    def canonical(text: str) -> Version | str:
+        try:
+            return Version(text)  # equal when PEP 440 says so: 3.13 == 3.13.0
+        except InvalidVersion:
+            return text
+
+    spelled: dict[Version | str, str] = {}
+    for f in page.get("files", []):
+        version = version_from_filename(name, f["filename"])
+        if version:
+            spelled.setdefault(canonical(version), version)
+    for listed in page.get("versions") or []:
+        spelled.setdefault(canonical(str(listed)), str(listed))
+
+    def order(text: str) -> tuple[int, Any]:
+        try:
+            return (1, Version(text))
+        except InvalidVersion:
+            return (0, text)
+
+    return sorted(spelled.values(), key=order)
+
+
+def _file_path(url: str) -> str:
+    """`https://files.pythonhosted.org/packages/ab/cd/…/f.whl` → `packages/ab/cd/…/f.whl`."""
+    if "/packages/" in url:
+        return "packages/" + url.split("/packages/", 1)[1]
+    return "packages/" + url.rsplit("/", 1)[-1]
+
+
+class PyPIOrigin(TestOrigin):
+    """A PyPI look-alike (see the module docstring). Projects come from `load_fixtures()` or
+    `add_project()`; `require_contact` turns the 406 for generic User-Agents off."""
+
+    def __init__(self, port: int = 0, require_contact: bool = True) -> None:
+        super().__init__(None, port)
+        self.projects: dict[str, Project] = {}
+        self.require_contact = require_contact
+        self._misbehaviour: list[tuple[str, str]] = []
+
+    # -- content --------------------------------------------------------------------------
+    def add_project(self, project: Project) -> Project:
+        self.projects[project.name] = project
+        return project
+
+    def load_fixtures(self, root: Path = FIXTURES) -> PyPIOrigin:
+        """Every project of the fixture set: Simple pages, JSON API releases, core metadata."""
+        metadata = {p.name[: -len(".metadata")]: p.read_bytes() for p in root.glob("metadata/*")}
+        for page_path in sorted((root / "simple").glob("*.json")):
+            page = json.loads(page_path.read_text())
+            name = normalize(page.get("name") or page_path.stem)
+            page["versions"] = _pypi_versions(name, page)
+            releases: dict[str, dict[str, Any]] = {}
+            for release in sorted((root / "json" / name).glob("*.json")):
+                document = json.loads(release.read_text())
+                releases[str(document["info"]["version"])] = document
+            display = next(
+                (str(r["info"]["name"]) for r in releases.values() if r.get("info")), name
+            )
+            own = {
+                f["filename"]: metadata[f["filename"]]
+                for f in page.get("files", [])
+                if f["filename"] in metadata
+            }
+            self.add_project(Project(display, page, releases, own, last_serial=1000 + len(name)))
+        return self
+
+    def project(self, name: str) -> Project:
+        return self.projects[normalize(name)]
+
+    def yank(self, name: str, version: str, reason: str | bool = True) -> None:
+        """Yank (or with `reason=False` un-yank) every file of a version; the serial moves."""
+        project = self.project(name)
+        for f in project.files_of(version):
+            f["yanked"] = reason
+        project.last_serial += 1
+
+    # -- politeness and misbehaviour ------------------------------------------------------
+    def strict(
+        self,
+        index_rate: float,
+        api_rate: float,
+        files_rate: float,
+        burst: int = 2,
+        retry_after: str | None = None,
+    ) -> dict[str, Rule]:
+        """One token bucket per lane, as a registry that bans the impolite would. A client
+        pacing at burst 1 never needs the second token; it absorbs the jitter between the
+        client's send and the server's arrival times (as tests/crates/test_pacing does)."""
+        rates = {"index": index_rate, "api": api_rate, "files": files_rate}
+        return {
+            lane: self.rule(
+                LANE_PATTERNS[lane], bucket_rate=rate, bucket_burst=burst, retry_after=retry_after
+            )
+            for lane, rate in rates.items()
+        }
+
+    def misbehave(self, pattern: str, kind: str) -> None:
+        """From now on answer requests whose path matches `pattern` with: `html` (a 200 HTML
+        page where JSON was asked), `not-json` (a 200 `application/json` body that is not
+        JSON), `wrong-shape` (valid JSON of the wrong shape)."""
+        if kind not in ("html", "not-json", "wrong-shape"):
+            raise ValueError(f"unknown misbehaviour {kind!r}")
+        self._misbehaviour.append((pattern, kind))
+
+    # -- serving --------------------------------------------------------------------------
+    async def _respond(self, request: web.Request, rules: list[Rule]) -> web.StreamResponse:
+        agent = request.headers.get("User-Agent", "")
+        if self.require_contact and not has_contact(agent):
+            return web.Response(
+                status=406,
+                text="Please identify your client with a contact in the User-Agent.",
+                content_type="text/plain",
+            )
+        return await super()._respond(request, rules)
+
+    async def route(self, request: web.Request, rules: list[Rule]) -> web.StreamResponse | None:
+        for pattern, kind in self._misbehaviour:
+            if fnmatch.fnmatchcase(request.path, pattern):
+                return self._misbehaving(kind)
+        path = request.path
+        if path == "/simple/":
+            return self._simple_index(request)
+        if path.startswith("/simple/"):
+            return self._simple_page(request, path[len("/simple/") :])
+        if path.startswith("/pypi/"):
+            return self._json_api(request, path[len("/pypi/") :])
+        if path.startswith("/files/"):
+            return self._files(request, path[len("/files/") :])
+        return None
+
+    def _misbehaving(self, kind: str) -> web.Response:
+        if kind == "html":
+            page = b"<!DOCTYPE html><html><body><h1>Just a moment...</h1></body></html>"
+            return web.Response(status=200, body=page, content_type="text/html")
+        if kind == "not-json":
+            return web.Response(status=200, body=b"\x00\x01 garbage {", content_type=SIMPLE_JSON)
+        return web.Response(
+            status=200,
+            body=b'{"meta": {"api-version": "1.4"}, "files": "nope"}',
+            content_type=SIMPLE_JSON,
+        )
+
+    def _reply(
+        self, request: web.Request, body: bytes, content_type: str, serial: int | None
+    ) -> web.Response:
+        etag = '"' + hashlib.sha256(content_type.encode() + body).hexdigest()[:24] + '"'
+        headers = {"ETag": etag, "Cache-Control": "max-age=900, public", "Vary": "Accept"}
+        if serial is not None:
+            headers["X-PyPI-Last-Serial"] = str(serial)
+        if request.headers.get("If-None-Match") == etag:
+            return web.Response(status=304, headers=headers)
+        headers["Content-Type"] = content_type
+        return web.Response(status=200, body=body, headers=headers)
+
+    @staticmethod
+    def _not_found() -> web.Response:
+        return web.Response(status=404, body=NOT_FOUND_HTML, content_type="text/html")
+
+    @staticmethod
+    def _redirect(location: str) -> web.Response:
+        return web.Response(status=301, reason="Redirect", headers={"Location": location})
+
+    def _negotiate(self, request: web.Request) -> str | None:
+        """The content type to answer with, from Accept (q-values honoured), or None (406)."""
+        accept = request.headers.get("Accept", "")
+        if not accept.strip():
+            return "text/html"
+        best: tuple[float, str] | None = None
+        for part in accept.split(","):
+            media, *params = (p.strip() for p in part.split(";"))
+            q = 1.0
+            for param in params:
+                if param.startswith("q="):
+                    with contextlib.suppress(ValueError):
+                        q = float(param[2:])
+            chosen = {
+                SIMPLE_JSON: SIMPLE_JSON,
+                SIMPLE_HTML: SIMPLE_HTML,
+                "text/html": "text/html",
+                "*/*": "text/html",
+            }.get(media.lower())
+            if chosen and q > 0 and (best is None or q > best[0]):
+                best = (q, chosen)
+        return best[1] if best else None
+
+    def _simple_index(self, request: web.Request) -> web.Response:
+        kind = self._negotiate(request)
+        if kind is None:
+            return web.Response(status=406, text="unacceptable")
+        serial = max((p.last_serial for p in self.projects.values()), default=0)
+        if kind == SIMPLE_JSON:
+            doc = {
+                "meta": {"api-version": "1.4", "_last-serial": serial},
+                "projects": [
+                    {"name": p.display_name, "_last-serial": p.last_serial}
+                    for p in sorted(self.projects.values(), key=lambda p: p.name)
+                ],
+            }
+            return self._reply(request, json.dumps(doc).encode(), kind, serial)
+        links = "".join(
+            f'<a href="/simple/{p.name}/">{html.escape(p.display_name)}</a>\n'
+            for p in sorted(self.projects.values(), key=lambda p: p.name)
+        )
+        body = f"<!DOCTYPE html><html><body>\n{links}</body></html>".encode()
+        return self._reply(request, body, kind, serial)
+
+    def _page_document(self, project: Project) -> dict[str, Any]:
+        doc = copy.deepcopy(project.page)
+        doc.setdefault("meta", {"api-version": "1.0"})
+        doc["meta"]["_last-serial"] = project.last_serial
+        doc["name"] = project.name
+        for f in doc.get("files", []):
+            f["url"] = f"{self.url}/files/{_file_path(str(f['url']))}"
+        return doc
+
+    def _simple_page(self, request: web.Request, rest: str) -> web.Response:
+        name = rest.rstrip("/")
+        if "/" in name or not name:
+            return self._not_found()
+        if normalize(name) != name or not rest.endswith("/"):
+            return self._redirect(f"/simple/{normalize(name)}/")
+        project = self.projects.get(name)
+        if project is None:
+            return self._not_found()
+        kind = self._negotiate(request)
+        if kind is None:
+            return web.Response(status=406, text="unacceptable")
+        doc = self._page_document(project)
+        if kind == SIMPLE_JSON:
+            return self._reply(request, json.dumps(doc).encode(), kind, project.last_serial)
+        anchors = []
+        for f in doc.get("files", []):
+            hashes = f.get("hashes", {})
+            digest = ("sha256", hashes["sha256"]) if "sha256" in hashes else None
+            href = f["url"] + (f"#{digest[0]}={digest[1]}" if digest else "")
+            attrs = [f'href="{html.escape(href)}"']
+            if f.get("requires-python"):
+                attrs.append(f'data-requires-python="{html.escape(f["requires-python"])}"')
+            if f.get("yanked"):
+                reason = f["yanked"] if isinstance(f["yanked"], str) else ""
+                attrs.append(f'data-yanked="{html.escape(reason)}"')
+            meta = f.get("core-metadata")
+            if isinstance(meta, dict) and meta.get("sha256"):
+                attrs.append(f'data-core-metadata="sha256={meta["sha256"]}"')
+            anchors.append(f"<a {' '.join(attrs)}>{html.escape(f['filename'])}</a><br />")
+        body = (
+            "<!DOCTYPE html><html><head>"
+            f'<meta name="pypi:repository-version" content="1.0">'
+            f"<title>Links for {html.escape(project.name)}</title></head><body>"
+            f"<h1>Links for {html.escape(project.name)}</h1>\n"
+            + "\n".join(anchors)
+            + "\n</body></html>"
+        ).encode()
+        return self._reply(request, body, kind, project.last_serial)
+
+    def _json_api(self, request: web.Request, rest: str) -> web.Response:
+        parts = rest.split("/")
+        # <name>/json, <name>/json/, <name>/<version>/json, <name>/<version>/json/
+        trailing = parts[-1] == ""
+        if trailing:
+            parts = parts[:-1]
+        if len(parts) not in (2, 3) or parts[-1] != "json":
+            return self._not_found()
+        project = self.projects.get(normalize(parts[0]))
+        if project is None:
+            return self._not_found()
+        if trailing or parts[0] != project.display_name:
+            return self._redirect("/pypi/" + "/".join([project.display_name, *parts[1:]]))
+        if len(parts) == 2:
+            doc = self._project_document(project)
+        else:
+            release = self._release_document(project, parts[1])
+            if release is None:
+                return self._not_found()
+            doc = release
+        return self._reply(
+            request, json.dumps(doc).encode(), "application/json", project.last_serial
+        )
+
+    def _json_file(self, project: Project, f: dict[str, Any]) -> dict[str, Any]:
+        """A Simple API file entry as the JSON API spells it."""
+        yanked = f.get("yanked", False)
+        digests = dict(f.get("hashes", {}))
+        filename = str(f["filename"])
+        return {
+            "filename": filename,
+            "url": f"{self.url}/files/{_file_path(str(f['url']))}",
+            "size": f.get("size"),
+            "digests": digests,
+            "md5_digest": digests.get("md5"),
+            "packagetype": "bdist_wheel" if filename.endswith(".whl") else "sdist",
+            "requires_python": f.get("requires-python"),
+            "upload_time_iso_8601": f.get("upload-time"),
+            "yanked": bool(yanked),
+            "yanked_reason": yanked if isinstance(yanked, str) else None,
+        }
+
+    def _release_document(self, project: Project, version: str) -> dict[str, Any] | None:
+        stored = project.releases.get(version)
+        files = project.files_of(version)
+        if stored is None and not files and version not in project.versions():
+            return None
+        if stored is not None:
+            doc = copy.deepcopy(stored)
+        else:
+            # A release PyPI knows only from its files: what the JSON API says of an old sdist
+            # upload (requires_dist null: the dependencies are unknown, not none).
+            doc = {
+                "info": {
+                    "name": project.display_name,
+                    "version": version,
+                    "summary": None,
+                    "license": None,
+                    "license_expression": None,
+                    "classifiers": [],
+                    "requires_dist": None,
+                    "requires_python": None,
+                    "project_urls": None,
+                    "yanked": False,
+                    "yanked_reason": None,
+                },
+                "vulnerabilities": [],
+            }
+        doc["urls"] = [self._json_file(project, f) for f in files]
+        if files and all(f.get("yanked") for f in files):
+            reason = files[0]["yanked"]
+            doc["info"]["yanked"] = True
+            doc["info"]["yanked_reason"] = reason if isinstance(reason, str) else None
+        doc["last_serial"] = project.last_serial
+        doc.pop("releases", None)
+        return doc
+
+    def _project_document(self, project: Project) -> dict[str, Any]:
+        versions = project.versions()
+        releases = {v: [self._json_file(project, f) for f in project.files_of(v)] for v in versions}
+        shown = next((v for v in reversed(versions) if v in project.releases), None)
+        if shown is None and versions:
+            shown = versions[-1]
+        base = self._release_document(project, shown) if shown else None
+        doc = base or {"info": {"name": project.display_name, "version": None}, "urls": []}
+        doc["releases"] = releases
+        doc["last_serial"] = project.last_serial
+        return doc
+
+    def _files(self, request: web.Request, rest: str) -> web.Response:
+        filename = rest.rsplit("/", 1)[-1]
+        if not filename.endswith(".metadata"):
+            return self._not_found()  # distributions themselves are not served
+        dist = filename[: -len(".metadata")]
+        for project in self.projects.values():
+            if dist in project.metadata:
+                return self._reply(request, project.metadata[dist], "binary/octet-stream", None)
+        return self._not_found()
+
+
+def synthetic_project(
+    name: str,
+    versions: int,
+    requires: list[str] | None = None,
+    yanked: set[int] | None = None,
+    with_metadata: bool = True,
+) -> Project:
+    """A project of `versions` releases `1.0.<i>`, each one wheel (with core metadata when
+    `with_metadata`) and one sdist; the releases at the indices in `yanked` are yanked."""
+    files: list[dict[str, Any]] = []
+    metadata: dict[str, bytes] = {}
+    listed = [f"1.0.{i}" for i in range(versions)]
+    for i, version in enumerate(listed):
+        stem = f"{name.replace('-', '_')}-{version}"
+        digest = hashlib.sha256(stem.encode()).hexdigest()
+        is_yanked = i in (yanked or set())
+        text = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\nLicense: MIT\n"
+        text += "".join(f"Requires-Dist: {r}\n" for r in requires or [])
+        core = {"sha256": hashlib.sha256(text.encode()).hexdigest()} if with_metadata else False
+        for filename, meta in ((f"{stem}-py3-none-any.whl", core), (f"{stem}.tar.gz", False)):
+            files.append(
+                {
+                    "filename": filename,
+                    "url": f"https://files.pythonhosted.org/packages/{digest[:2]}/{digest[2:4]}/{digest[4:]}/{filename}",
+                    "hashes": {"sha256": digest},
+                    "requires-python": ">=3.8",
+                    "size": 1000 + i,
+                    "upload-time": f"2024-01-{1 + i % 28:02d}T00:00:00.000000Z",
+                    "yanked": is_yanked,
+                    "core-metadata": meta,
+                    "data-dist-info-metadata": meta,
+                }
+            )
+            if meta:
+                metadata[filename] = text.encode()
+    page = {"meta": {"api-version": "1.1"}, "name": name, "versions": listed, "files": files}
+    return Project(name, page, {}, metadata)
+
+
+def main() -> None:
+    """`python -m stagecrawl.testing.pypi_origin`: serve the PyPI fixtures until interrupted."""
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args()
+
+    async def serve() -> None:
+        origin = await PyPIOrigin(args.port).load_fixtures().start_async()
+        print(origin.url, flush=True)
+        await asyncio.Event().wait()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve())
+
+
+if __name__ == "__main__":
+    main()

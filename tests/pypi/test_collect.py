@@ -1,0 +1,147 @@
+"""Collecting projects from the look-alike: every version, yanked flags, dependencies (unknown
+where unknown), licenses, display names; politely (strict lanes, no 429)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pytest
+
+from stagecrawl.engine.fetcher import Fetcher, FetchSettings
+from stagecrawl.engine.ratelimit import Lane, Lanes, Rate
+from stagecrawl.errors import NotFound
+from stagecrawl.pypi.client import PyPIClient
+from stagecrawl.pypi.collect import collect_project, product_row, version_row
+from stagecrawl.pypi.simple import SimpleFormatError
+from stagecrawl.testing.pypi_origin import PyPIOrigin, normalize, version_from_filename
+
+
+def client_for(origin: PyPIOrigin, rate: float | None = None) -> PyPIClient:
+    pace = Rate(rate) if rate else None
+    lanes = Lanes(
+        [
+            Lane("index", f"{origin.url}/simple/", pace),
+            Lane("api", f"{origin.url}/pypi/", pace),
+            Lane("files", f"{origin.url}/files/", pace),
+        ],
+        default=None,
+    )
+    fetcher = Fetcher(FetchSettings(contact="tests@example.org", backoff_base=0.01), lanes)
+    return PyPIClient(fetcher, f"{origin.url}/simple/", f"{origin.url}/")
+
+
+def expected(origin: PyPIOrigin, name: str) -> dict[str, tuple[bool, bool]]:
+    """An independent reading of the origin's data: version → (yanked, dependencies known)."""
+    project = origin.project(name)
+    result = {}
+    for version in project.versions():
+        files = [
+            f
+            for f in project.page["files"]
+            if version_from_filename(project.name, f["filename"]) == version
+        ]
+        yanked = bool(files) and all(f.get("yanked") for f in files)
+        has_metadata = any(f["filename"] in project.metadata for f in files)
+        stored = project.releases.get(version)
+        api_known = stored is not None and stored["info"].get("requires_dist") is not None
+        result[version] = (yanked, has_metadata or api_known)
+    return result
+
+
+async def test_every_fixture_project_collects_as_pypi_says(pypi: PyPIOrigin) -> None:
+    client = client_for(pypi)
+    now = datetime(2026, 1, 1)
+    async with client.fetcher:
+        for name in sorted(pypi.projects):
+            collected = await collect_project(client, name)
+            rows = [version_row(collected, v, now, None) for v in collected.versions]
+            got = {r["VERSION"]: (r["YANKED"], r["DEPENDENCIES"] is not None) for r in rows}
+            assert got == expected(pypi, name), name
+            product = product_row(collected, now)
+            assert product["VERSION_COUNT"] == len(rows)
+            assert product["PRODUCT_KEY"] == normalize(name)
+
+
+async def test_details_of_known_projects(pypi: PyPIOrigin) -> None:
+    client = client_for(pypi)
+    now = datetime(2026, 1, 1)
+    async with client.fetcher:
+        black = await collect_project(client, "Black")
+        rows = {f.release.version: version_row(black, f, now, None) for f in black.versions}
+        assert rows["21.11b0"]["YANKED"] is True
+        assert rows["21.11b0"]["YANKED_REASON"].startswith("Broken regex dependency")
+        assert rows["19.10b0"]["DEPENDENCY_SOURCE"] == "metadata"
+        assert rows["19.10b0"]["REQUIRES_PYTHON"] == ">=3.6"
+        # no final release at all: the highest version, yanked or not
+        assert product_row(black, now)["LATEST_VERSION"] == "21.11b0"
+
+        sqlalchemy = await collect_project(client, "SQLAlchemy")
+        (only,) = sqlalchemy.versions
+        row = version_row(sqlalchemy, only, now, None)
+        assert sqlalchemy.display_name == "SQLAlchemy"
+        assert row["NAME"] == "SQLAlchemy" and row["PRODUCT_KEY"] == "sqlalchemy"
+        assert row["DEPENDENCIES"] is None  # no metadata file, requires_dist null: unknown
+        assert row["DEPENDENCY_SOURCE"] == "json-api"
+
+        requests = await collect_project(client, "requests")
+        row = version_row(requests, requests.versions[0], now, None)
+        assert row["LICENSE"] == "Apache 2.0"
+        assert row["LICENSE_EXPRESSION"] == "Apache-2.0"  # no standardiser: the classifier
+        assert row["LICENSE_SOURCE"] == "classifiers"
+        assert '"name":"certifi"' in row["DEPENDENCIES"]
+        assert row["EXTRAS"] == '["security","socks"]'
+
+        discord = await collect_project(client, "discord.py")
+        assert discord.display_name == "discord.py"
+
+
+async def test_failures_are_typed(pypi: PyPIOrigin) -> None:
+    client = client_for(pypi)
+    pypi.misbehave("/simple/six/", "html")
+    pypi.misbehave("/simple/attrs/", "not-json")
+    async with client.fetcher:
+        with pytest.raises(NotFound):
+            await collect_project(client, "no-such-project")
+        with pytest.raises(SimpleFormatError, match="HTML"):
+            await collect_project(client, "six")
+        with pytest.raises(SimpleFormatError, match="not JSON"):
+            await collect_project(client, "attrs")
+
+
+async def test_strict_origin_sees_no_429_at_the_lane_rates(pypi: PyPIOrigin) -> None:
+    pypi.strict(index_rate=20, api_rate=20, files_rate=20)
+    client = client_for(pypi, rate=20)
+    async with client.fetcher:
+        for name in ("requests", "toga", "ipython"):
+            await collect_project(client, name)
+    assert [r.status for r in pypi.log if r.status == 429] == []
+    assert pypi.max_in_window("/files/*", 0.999) <= 20
+
+
+async def test_collect_one_matches_pins_by_pep440_equality(pypi: PyPIOrigin) -> None:
+    from stagecrawl.pypi.work import FAILED, NOT_FOUND, SEEDED, collect_one, seed_one
+
+    client = client_for(pypi)
+    now = datetime(2026, 1, 1)
+    async with client.fetcher:
+        result = await collect_one(client, "PyYAML", {"3.13.0", "9.9"}, now)
+        assert result.state == SEEDED
+        assert [r["VERSION"] for r in result.version_rows] == ["3.13"]
+        assert result.missing == {"9.9"}
+        assert result.product_row is not None and result.product_row["NAME"] == "PyYAML"
+        skipped = await collect_one(client, "toga", {"0.3.0", "0.4.0"}, now, skip={"0.4.0"})
+        assert [r["VERSION"] for r in skipped.version_rows] == ["0.3.0"]
+        assert skipped.listed == {
+            "0.3.0.dev1": False,
+            "0.3.0.dev2": False,
+            "0.3.0": False,
+            "0.4.0": False,
+        }
+        assert (await collect_one(client, "nope-nope", {"1"}, now)).state == NOT_FOUND
+        pypi.misbehave("/simple/six/", "html")
+        failed = await collect_one(client, "six", {"1.11.0"}, now)
+        assert failed.state == FAILED and failed.error and "HTML" in failed.error
+        seeded = await seed_one(client, "Requests")
+        assert seeded.state == SEEDED and seeded.page is not None
+        assert len(seeded.page.project.releases) == 6
+        assert (await seed_one(client, "six")).state == FAILED

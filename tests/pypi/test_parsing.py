@@ -1,0 +1,253 @@
+"""Reading what PyPI sends: Simple pages, JSON API replies, core metadata, versions, licenses."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from stagecrawl.pypi.deps import dependencies, dependency
+from stagecrawl.pypi.jsonapi import parse_json_api
+from stagecrawl.pypi.licenses import classifier_expression, declared_license
+from stagecrawl.pypi.metadata import parse_core_metadata
+from stagecrawl.pypi.names import name_problem, normalize, product_key
+from stagecrawl.pypi.simple import SimpleFormatError, parse_simple_page, version_of
+from stagecrawl.pypi.versions import latest_version, sorted_versions
+from stagecrawl.testing.pypi_origin import FIXTURES, SIMPLE_JSON, PyPIOrigin
+from tests.pypi.conftest import PYPI_SHARED
+from tests.pypi.http import get
+
+needs_shared = pytest.mark.skipif(
+    not PYPI_SHARED.exists(), reason="../shared fixtures not beside the project"
+)
+
+
+def page(pypi: PyPIOrigin, name: str) -> bytes:
+    return get(f"{pypi.url}/simple/{name}/", accept=SIMPLE_JSON).body
+
+
+def test_names() -> None:
+    assert normalize("discord.py") == "discord-py"
+    assert normalize("Foo__Bar-.baz") == "foo-bar-baz"
+    assert product_key("PyYAML") == "pyyaml"
+    assert name_problem("requests") is None
+    assert name_problem("-bad") is not None
+    assert name_problem("a b") is not None
+    assert name_problem("x" * 300) is not None
+
+
+def test_versions_invalid_kept_below_valid() -> None:
+    listed = ["1.10", "unknown", "1.1.4", ".9", "2.0rc1", "2020.12.5.10.49"]
+    assert sorted_versions(listed) == [
+        ".9",
+        "unknown",
+        "1.1.4",
+        "1.10",
+        "2.0rc1",
+        "2020.12.5.10.49",
+    ]
+
+
+def test_latest_version_rule() -> None:
+    assert latest_version([("1.0", False), ("2.0", True), ("2.1rc1", False)]) == "1.0"
+    assert latest_version([("1.0.post1", False), ("1.0", False)]) == "1.0.post1"
+    assert latest_version([("2.0", True), ("1.0rc1", False)]) == "2.0"  # no final non-yanked
+    assert latest_version([("unknown", False)]) == "unknown"
+    assert latest_version([]) is None
+
+
+def test_file_names_give_versions_as_spelled() -> None:
+    assert version_of("discord-py", "discord.py-2.0.0-py3-none-any.whl") == "2.0.0"
+    assert version_of("poetry-core", "poetry_core-2.1.3.tar.gz") == "2.1.3"
+    assert version_of("pyyaml", "PyYAML-3.13.win32-py2.7.exe") == "3.13"
+    assert version_of("trackpy", "trackpy-unknown.tar.gz") == "unknown"
+    assert version_of("a-b", "a-b-1.0.zip") == "1.0"
+    assert version_of("x", "README.txt") is None
+
+
+def test_simple_pages_of_every_fixture_project(pypi: PyPIOrigin) -> None:
+    for path in sorted((FIXTURES / "simple").glob("*.json")):
+        name = normalize(json.loads(path.read_text()).get("name") or path.stem)
+        project = parse_simple_page(page(pypi, name), f"{pypi.url}/simple/{name}/", name)
+        assert project.name == name
+        assert project.releases, name
+        assert not project.problems, (name, project.problems)
+        for release in project.releases:
+            assert release.files, (name, release.version)
+    black = parse_simple_page(page(pypi, "black"), pypi.url, "black")
+    assert [r.version for r in black.releases] == ["19.10b0", "21.11b0"]
+    yanked = black.release("21.11b0")
+    assert yanked is not None and yanked.yanked
+    assert yanked.yanked_reason == "Broken regex dependency. Use 21.11b1 instead."
+    kept = black.release("19.10b0")
+    assert kept is not None and not kept.yanked and kept.requires_python == ">=3.6"
+    wheel = kept.metadata_file()
+    assert wheel is not None and wheel.filename == "black-19.10b0-py36-none-any.whl"
+    assert wheel.core_metadata_sha256 and wheel.metadata_url.endswith(".whl.metadata")
+    assert wheel.size == 97525 and wheel.upload_time == "2019-10-28T23:53:54.000711Z"
+
+
+def test_yanked_per_pep_592(pypi: PyPIOrigin) -> None:
+    project = parse_simple_page(page(pypi, "yanked"), pypi.url, "yanked")
+    (release,) = project.releases
+    assert release.yanked and release.yanked_reason == "not good"
+    assert release.requires_python is None  # "" on the page is no constraint
+    assert project.last_serial is not None
+    pypi.yank("requests", "2.18.0", "x")
+    pypi.project("requests").page["files"][1]["yanked"] = False  # one file back: not yanked
+    requests = parse_simple_page(page(pypi, "requests"), pypi.url, "requests")
+    partly = requests.release("2.18.0")
+    assert partly is not None and not partly.yanked
+
+
+def test_versions_without_files_and_pages_without_versions() -> None:
+    body = json.dumps(
+        {
+            "meta": {"api-version": "1.1", "_last-serial": 7},
+            "name": "microsoft",
+            "versions": ["0.0.1"],
+            "files": [],
+        }
+    ).encode()
+    project = parse_simple_page(body, "https://pypi.org/simple/microsoft/", "microsoft")
+    assert [(r.version, r.files, r.yanked) for r in project.releases] == [("0.0.1", (), False)]
+    assert project.last_serial == 7
+    pyflyby = (FIXTURES / "simple" / "pyflyby.json").read_bytes()
+    parsed = parse_simple_page(pyflyby, "https://pypi.org/simple/pyflyby/", "pyflyby")
+    assert [r.version for r in parsed.releases] == ["1.7.7", "1.7.8"]
+    bad = next(f for r in parsed.releases for f in r.files if "1.7.7" in f.filename)
+    assert bad.requires_python is not None and ",," in bad.requires_python  # kept as sent
+
+
+@needs_shared
+def test_relative_urls_resolve_against_the_page() -> None:
+    body = (PYPI_SHARED / "simple" / "pypi-simple" / "argset-relative.json").read_bytes()
+    project = parse_simple_page(body, "https://example.org/simple/argset/", "argset")
+    urls = [f.url for r in project.releases for f in r.files]
+    assert urls and all(u.startswith("https://example.org/simple/argset/packages/") for u in urls)
+
+
+def test_bad_pages_are_refused() -> None:
+    with pytest.raises(SimpleFormatError, match="HTML"):
+        parse_simple_page(b"<!DOCTYPE html><html></html>", "u", "x")
+    with pytest.raises(SimpleFormatError, match="not JSON"):
+        parse_simple_page(b"\x00garbage{", "u", "x")
+    with pytest.raises(SimpleFormatError, match="no files"):
+        parse_simple_page(b'{"files": "nope"}', "u", "x")
+    with pytest.raises(SimpleFormatError, match=r"version 2\.0"):
+        parse_simple_page(b'{"meta": {"api-version": "2.0"}, "files": []}', "u", "x")
+
+
+def test_core_metadata() -> None:
+    text = (FIXTURES / "metadata" / "requests-2.18.0-py2.py3-none-any.whl.metadata").read_bytes()
+    meta = parse_core_metadata(text)
+    assert (meta.name, meta.version, meta.license) == ("requests", "2.18.0", "Apache 2.0")
+    assert meta.provides_extra == ("security", "socks")
+    assert "License :: OSI Approved :: Apache Software License" in meta.classifiers
+    deps = dependencies(meta.requires_dist)
+    assert deps is not None and len(deps) == 9
+    assert deps[0] == {
+        "name": "certifi",
+        "req": ">=2017.4.17",
+        "extras": [],
+        "marker": None,
+        "optional": False,
+        "extra": None,
+        "url": None,
+    }
+    socks = [d for d in deps if d["extra"] == "socks"]
+    assert {d["name"] for d in socks} == {"pysocks", "win-inet-pton"}
+    assert all(d["optional"] for d in socks)
+
+
+def test_project_urls_and_expression_in_metadata() -> None:
+    meta = parse_core_metadata(
+        b"Metadata-Version: 2.4\nName: demo\nVersion: 1.0\nLicense-Expression: MIT OR Apache-2.0\n"
+        b"Project-URL: Source, https://example.org/src\nRequires-Python: >=3.9\n\nbody text\n"
+    )
+    assert meta.license_expression == "MIT OR Apache-2.0"
+    assert meta.project_urls == {"Source": "https://example.org/src"}
+    assert meta.requires_python == ">=3.9" and meta.requires_dist == ()
+    assert dependencies(meta.requires_dist) == []  # none declared: an empty list, known
+
+
+def test_dependencies_unknown_stay_unknown_and_bad_lines_are_kept() -> None:
+    assert dependencies(None) is None
+    assert dependency("sqlparse (>=0.2.2)")["req"] == ">=0.2.2"
+    assert dependency("asgiref (<4,>=3.2.10)")["req"] == "<4,>=3.2.10"
+    nacl = dependency("PyNaCl (>=1.4.0) ; extra == 'ed25519'")
+    assert (nacl["name"], nacl["extra"], nacl["optional"]) == ("pynacl", "ed25519", True)
+    broken = dependency("foo >=>= 1")
+    assert broken["raw"] == "foo >=>= 1" and broken["problem"]
+
+
+@pytest.mark.parametrize(
+    ("path", "name", "version", "requires_dist_known"),
+    [
+        ("json/poetry-2022/requests.json", "requests", "2.18.4", True),
+        ("json/poetry-2022/pygame-music-grid.json", "pygame-music-grid", ".9", False),
+        ("json/cassettes-pypi-json/numpy/1.20.3.json", "numpy", "1.20.3", False),
+        ("json/cassettes-shippinglabel/Django.json", "Django", "3.1.5", True),
+        ("json/fetchcode/pypi/asgiref.json", "asgiref", "3.11.0", True),
+        ("json/cassettes-pypi-json/octocheese.json", "octocheese", "0.7.0", True),
+    ],
+)
+@needs_shared
+def test_json_api_shapes(path: str, name: str, version: str, requires_dist_known: bool) -> None:
+    release = parse_json_api((PYPI_SHARED / path).read_bytes())
+    assert release.display_name == name and release.version == version
+    assert (release.requires_dist is not None) == requires_dist_known
+
+
+@needs_shared
+def test_json_api_yanked_and_release_keys() -> None:
+    isodate = parse_json_api((FIXTURES / "json" / "isodate" / "0.7.0.json").read_bytes())
+    assert isodate.yanked and isodate.yanked_reason
+    trackpy = parse_json_api((PYPI_SHARED / "json/poetry-2022/trackpy.json").read_bytes())
+    assert "unknown" in trackpy.release_versions
+    with pytest.raises(SimpleFormatError):
+        parse_json_api(b"<html>")
+    with pytest.raises(SimpleFormatError):
+        parse_json_api(b'{"info": null}')
+
+
+def test_license_order_and_classifier_table() -> None:
+    apache = "License :: OSI Approved :: Apache Software License"
+    mit = "License :: OSI Approved :: MIT License"
+    assert classifier_expression([apache, "Programming Language :: Python"]) == "Apache-2.0"
+    assert classifier_expression([mit, apache]) == "Apache-2.0 AND MIT"
+    assert classifier_expression(["License :: OSI Approved :: BSD License"]) is None
+    assert classifier_expression([mit, "License :: OSI Approved :: BSD License"]) is None
+    assert classifier_expression([]) is None
+
+    def standardise(text: str) -> str | None:
+        return {"Apache 2.0": "Apache-2.0", "MIT": "MIT"}.get(text)
+
+    first = declared_license("MIT OR Apache-2.0", "BSD", [mit], standardise=None)
+    assert (first.expression, first.source) == ("MIT OR Apache-2.0", "license-expression")
+    text = declared_license(None, "Apache 2.0", [mit], standardise)
+    assert (text.expression, text.source, text.text) == ("Apache-2.0", "license", "Apache 2.0")
+    quoted = declared_license(None, '"MIT"', [], standardise)
+    assert quoted.expression == "MIT"
+    placeholder = declared_license(None, "UNKNOWN", [mit], standardise)
+    assert (placeholder.expression, placeholder.source) == ("MIT", "classifiers")
+    nothing = declared_license(None, "whole license text …", [], standardise)
+    assert (nothing.expression, nothing.source, nothing.text) == (
+        None,
+        None,
+        "whole license text …",
+    )
+
+
+def test_every_fixture_metadata_file_parses() -> None:
+    unreadable = []
+    for path in sorted((FIXTURES / "metadata").glob("*.metadata")):
+        meta = parse_core_metadata(path.read_bytes())
+        assert meta.name and meta.version, path.name
+        unreadable += [
+            (path.name, line) for line in meta.requires_dist if "problem" in dependency(line)
+        ]
+    # The one real broken line (a missing comma in ipython 4.1.0rc1), kept raw, not dropped.
+    assert unreadable == [
+        ("ipython-4.1.0rc1-py2.py3-none-any.whl.metadata", "setuptools (>=18.5decorator)")
+    ]
