@@ -58,6 +58,7 @@ from stagecrawl.crates.config import CratesConfig
 from stagecrawl.crates.queue import COLLECTED, NewEvent, register
 from stagecrawl.crates.worker import CollectSettings
 from stagecrawl.engine.shutdown import GracefulStop
+from stagecrawl.queue import SqlQueue
 from stagecrawl.storage.bulk import upsert_statement
 from stagecrawl.storage.db import Database, dumps
 from stagecrawl.testing.registry import index_line, write_crate
@@ -272,12 +273,12 @@ def collect(url: str, names: list[str], origin: str, profile: bool) -> tuple[int
         return asyncio.run(_collect(url, names, origin))
     threads = ThreadProfile()
     for module, name in (
-        (worker, "write_crates"),
-        (worker, "claim"),
+        (SqlQueue, "complete"),
+        (SqlQueue, "claim"),
         (worker, "existing_versions"),
-        (worker, "next_lease_expiry"),
-        (worker, "renew_leases"),
-        (worker.CratesQueue, "pending_count"),
+        (SqlQueue, "next_lease_expiry"),
+        (SqlQueue, "renew"),
+        (SqlQueue, "pending_count"),
     ):
         threads.wrap(module, name)
     main = cProfile.Profile()

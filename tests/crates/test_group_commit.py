@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.exc import DBAPIError
 
-from stagecrawl.crates.queue import COLLECTED, NewEvent, Outcome, claim, register
+from stagecrawl.crates.queue import COLLECTED, NewEvent, claim, outcome, register
 from stagecrawl.crates.store import CrateWrite, existing_versions, write_crates
 from stagecrawl.storage.db import Database
 
@@ -38,7 +38,7 @@ def test_a_batch_failing_half_way_writes_nothing_and_is_done_again(db_url: str) 
     claimed = claim(db, "w", 10, lease_seconds=600)
     by_crate: dict[str, list[Any]] = {}
     for event in claimed:
-        by_crate.setdefault(event.crate_name, []).append(event)
+        by_crate.setdefault(event.group, []).append(event)
 
     def batch(broken: bool) -> list[CrateWrite]:
         writes = []
@@ -49,7 +49,7 @@ def test_a_batch_failing_half_way_writes_nothing_and_is_done_again(db_url: str) 
             writes.append(
                 CrateWrite(
                     [e.id for e in events],
-                    [Outcome(e, COLLECTED, yanked=False) for e in events],
+                    [outcome(e, COLLECTED, yanked=False) for e in events],
                     rows,
                 )
             )

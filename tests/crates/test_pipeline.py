@@ -10,7 +10,7 @@ from sqlalchemy import select
 from stagecrawl.crates import pipeline
 from stagecrawl.crates.client import CratesClient
 from stagecrawl.crates.names import event_id
-from stagecrawl.crates.queue import COLLECTED, Outcome, claim, release
+from stagecrawl.crates.queue import COLLECTED, claim, outcome, release
 from stagecrawl.crates.seeding import SeedReport
 from stagecrawl.crates.store import CrateWrite, write_crates
 from stagecrawl.crates.worker import Collector, CollectSettings
@@ -157,7 +157,7 @@ async def test_leases_keep_workers_apart_and_a_lost_lease_writes_nothing(
     stale = claim(db, "worker-1", 10, lease_seconds=-5)  # a lease that has already run out
     taken = claim(db, "worker-2", 10, lease_seconds=600)
     assert {e.id for e in taken} == {e.id for e in stale}
-    outcomes = [Outcome(e, COLLECTED) for e in stale]
+    outcomes = [outcome(e, COLLECTED) for e in stale]
     late = CrateWrite([e.id for e in stale], outcomes)
     assert write_crates(db, "worker-1", [late]) == [False]
     state = rows(db, db.list)

@@ -139,9 +139,9 @@ async def collect(
     def seeded(_stats: LoopStats) -> None:
         nonlocal seen
         if collector is not None:
-            collector.add_to_total(seeder.queue.registered - seen)
+            collector.add_to_total(seeder.handler.registered - seen)
             collector.loop.wake()
-        seen = seeder.queue.registered
+        seen = seeder.handler.registered
 
     seeder = Seeder(db, client, stop, on_commit=seeded, grace_period=settings.grace_period)
     collector = Collector(

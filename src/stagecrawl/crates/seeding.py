@@ -18,27 +18,30 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import bindparam, or_, select, update
+from sqlalchemy import Connection, bindparam, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from stagecrawl.crates.client import CratesClient, IndexEntry, explain
 from stagecrawl.crates.index import IndexFormatError
 from stagecrawl.crates.names import identity_key, validate_name
 from stagecrawl.crates.queue import (
-    CLAIMABLE,
     COLLECTED,
     GAVE_UP,
     NOT_FOUND,
     PENDING,
+    Claimed,
     NewEvent,
+    Outcome,
     RegisterCounts,
     next_failure_state,
     register,
+    seed_queue,
     utcnow,
 )
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.engine.work import LoopSettings, LoopStats, WorkLoop
 from stagecrawl.errors import FetchError, InputError, LimiterUnavailable, NotFound
+from stagecrawl.queue import Handler, QueueRun
 from stagecrawl.secrets import redact
 from stagecrawl.storage.db import Database
 
@@ -46,17 +49,9 @@ log = logging.getLogger("stagecrawl.seed")
 SEEDED = COLLECTED  # the seed row's "done" state
 
 
-@dataclass(frozen=True)
-class Seed:
-    crate_name: str  # identity key
-    name: str  # as given
-    state: int
-    resync: bool
-
-
 @dataclass
 class SeedResult:
-    seed: Seed
+    seed: Claimed  # group = the identity key, name = as given, requeue = RESYNC
     entry: IndexEntry | None
     state: int
     error: str | None = None
@@ -103,103 +98,71 @@ def add_seeds(db: Database, names: Sequence[str], resync: bool = False) -> int:
         return 0
     table = db.seed
     now = utcnow()
-    for attempt in range(2):
-        try:
-            with db.engine.begin() as conn:
-                known = {
-                    str(r[0]).lower()
-                    for r in conn.execute(
-                        select(table.c.CRATE_NAME).where(table.c.CRATE_NAME.in_(list(unique)))
-                    )
-                }
-                fresh = [
-                    {
-                        "CRATE_NAME": key,
-                        "NAME": name,
-                        "STATE": PENDING,
-                        "RESYNC": resync,
-                        "LAST_UPDATED": now,
-                    }
-                    for key, name in unique.items()
-                    if key not in known
-                ]
-                if fresh:
-                    conn.execute(table.insert(), fresh)
-                again = [
-                    {"b_key": key, "NAME": unique[key], "RESYNC": resync} for key in sorted(known)
-                ]
-                if again:
-                    conn.execute(
-                        update(table)
-                        .where(table.c.CRATE_NAME == bindparam("b_key"))
-                        .values(
-                            NAME=bindparam("NAME"),
-                            STATE=PENDING,
-                            RESYNC=or_(table.c.RESYNC, bindparam("RESYNC")),
-                            LAST_ERROR=None,
-                            LAST_UPDATED=now,
-                        ),
-                        again,
-                    )
-            break
-        except IntegrityError:  # another process queued one of them between read and insert
-            if attempt:
-                raise
+
+    def work(conn: Connection) -> None:
+        known = {
+            str(r[0]).lower()
+            for r in conn.execute(
+                select(table.c.CRATE_NAME).where(table.c.CRATE_NAME.in_(list(unique)))
+            )
+        }
+        fresh = [
+            {
+                "CRATE_NAME": key,
+                "NAME": name,
+                "STATE": PENDING,
+                "RESYNC": resync,
+                "LAST_UPDATED": now,
+            }
+            for key, name in unique.items()
+            if key not in known
+        ]
+        if fresh:
+            conn.execute(table.insert(), fresh)
+        again = [{"b_key": key, "NAME": unique[key], "RESYNC": resync} for key in sorted(known)]
+        if again:
+            conn.execute(
+                update(table)
+                .where(table.c.CRATE_NAME == bindparam("b_key"))
+                .values(
+                    NAME=bindparam("NAME"),
+                    STATE=PENDING,
+                    RESYNC=or_(table.c.RESYNC, bindparam("RESYNC")),
+                    LAST_ERROR=None,
+                    LAST_UPDATED=now,
+                ),
+                again,
+            )
+
+    try:
+        db.transaction(work)
+    except IntegrityError:  # another process queued one of them between read and insert
+        db.transaction(work)
     return len(unique)
 
 
-class SeedQueue:
-    """TB_STAGECRAWL_SEED behind the work-loop contract."""
+class SeedHandler(Handler[SeedResult]):
+    """What seeding tells the generic queue: a name's new state (and how many versions the
+    index listed), the LIST events it found (registered before the state is written, in
+    their own transactions: registering is idempotent), and the report."""
 
     def __init__(self, db: Database, report: SeedReport, resync_all: bool = False) -> None:
         self.db = db
         self.report = report
         self.resync_all = resync_all
-        self._held: set[str] = set()
-        self._failed: set[str] = set()  # failed in this run: their next try is the next run
         self.registered = 0  # new LIST events, for a collector running alongside
 
-    def _claimable(self, limit: int) -> list[Seed]:
-        table = self.db.seed
-        skip = sorted(self._held | self._failed)
-        query = select(table.c.CRATE_NAME, table.c.NAME, table.c.STATE, table.c.RESYNC).where(
-            table.c.STATE.in_(CLAIMABLE)
-        )
-        if skip:
-            query = query.where(table.c.CRATE_NAME.not_in(skip))
-        with self.db.reading() as conn:
-            rows = conn.execute(query.order_by(table.c.CRATE_NAME).limit(limit)).all()
-        return [Seed(str(r[0]).lower(), r[1], int(r[2]), bool(r[3])) for r in rows]
+    def outcomes(self, result: SeedResult) -> Sequence[Outcome]:
+        versions = len(result.entry.versions) if result.entry else None
+        return [Outcome(result.seed, result.state, result.error, (("VERSIONS", versions),))]
 
-    async def claim(self, limit: int) -> list[Seed]:
-        seeds = await asyncio.to_thread(self._claimable, limit)
-        self._held.update(s.crate_name for s in seeds)
-        return seeds
-
-    async def release(self, units: Sequence[Seed]) -> None:
-        # Given back (a stop, a crash): not asked again in this run, so a crash cannot loop.
-        self._held.difference_update(s.crate_name for s in units)
-        self._failed.update(s.crate_name for s in units)
-        self.report.released += len(units)
-
-    async def is_empty(self) -> bool:
-        return not await asyncio.to_thread(self._claimable, 1)
-
-    async def is_finished(self) -> bool:
-        return not self._held and await self.is_empty()
-
-    async def complete(self, results: Sequence[SeedResult]) -> None:
-        await asyncio.to_thread(self._complete, results)
-        for result in results:
-            self._held.discard(result.seed.crate_name)
-
-    def _complete(self, results: Sequence[SeedResult]) -> None:
+    def prepare(self, results: Sequence[SeedResult]) -> None:
         events: list[NewEvent] = []
         resync: list[NewEvent] = []
         for result in results:
             if result.entry is None:
                 continue
-            target = resync if (result.seed.resync or self.resync_all) else events
+            target = resync if (result.seed.requeue or self.resync_all) else events
             target += [
                 NewEvent(result.entry.real_name, v.vers, "seed", yanked=v.yanked)
                 for v in result.entry.versions
@@ -209,32 +172,11 @@ class SeedQueue:
             counts.add(register(self.db, events))
         if resync:
             counts.add(register(self.db, resync, resync=True))
-        table = self.db.seed
-        now = utcnow()
-        with self.db.engine.begin() as conn:
-            conn.execute(
-                update(table)
-                .where(table.c.CRATE_NAME == bindparam("b_key"))
-                .values(
-                    STATE=bindparam("b_state"),
-                    VERSIONS=bindparam("b_versions"),
-                    LAST_ERROR=bindparam("b_error"),
-                    RESYNC=False,
-                    LAST_UPDATED=now,
-                ),
-                [
-                    {
-                        "b_key": r.seed.crate_name,
-                        "b_state": r.state,
-                        "b_versions": len(r.entry.versions) if r.entry else None,
-                        "b_error": r.error,
-                    }
-                    for r in results
-                ],
-            )
-        report = self.report
-        report.counts.add(counts)
+        self.report.counts.add(counts)
         self.registered += counts.new + counts.requeued
+
+    def finished(self, results: Sequence[SeedResult], kept: Sequence[bool]) -> None:
+        report = self.report
         for r in results:
             if r.entry is not None:
                 report.crates[r.entry.real_name] = len(r.entry.versions)
@@ -264,7 +206,9 @@ class Seeder:
     ) -> None:
         self.report = SeedReport()
         self.client = client
-        self.queue = SeedQueue(db, self.report, resync_all)
+        self.handler = SeedHandler(db, self.report, resync_all)
+        # No leases on the seed table: claims are reads, the names this run holds are kept out.
+        self.queue = QueueRun(seed_queue(db), self.handler, "seeder")
         self.loop = WorkLoop(
             self.queue,
             self._process,
@@ -279,14 +223,16 @@ class Seeder:
             stats = await self.loop.run()
             self.report.interrupted = stats.interrupted
         finally:
+            self.report.released = self.queue.released_rows
             self.finished.set()
         return self.report
 
-    async def _process(self, seed: Seed) -> SeedResult:
+    async def _process(self, unit: list[Claimed]) -> SeedResult:
+        seed = unit[0]
         try:  # a name put on the seed table by other means than add_seeds: never asked
             validate_name(seed.name)
         except InputError as exc:
-            self.queue._failed.add(seed.crate_name)
+            self.queue.this_run.add(seed.group)
             log.warning("seed skipped: %s", exc)
             return SeedResult(seed, None, GAVE_UP, str(exc))
         try:
@@ -298,11 +244,11 @@ class Seeder:
         except Exception as exc:  # a fetch failure, a file without one readable line, a bug
             # (the loop's contract: a unit's failure is its result, never a unit handed out
             # again and again)
-            self.queue._failed.add(seed.crate_name)
+            self.queue.this_run.add(seed.group)
             expected = isinstance(exc, FetchError | IndexFormatError)
             detail = explain(exc) if expected else f"unexpected {type(exc).__name__}: {exc}"
             reason = redact(f"index: {detail}")  # stored, shown by a later `status`
             log.warning("seeding %s failed: %s", seed.name, reason)
-            state = next_failure_state(seed.state)
+            state = next_failure_state(seed.state)  # the one ladder (stagecrawl.queue)
             return SeedResult(seed, None, state, reason[:2000])
         return SeedResult(seed, entry, SEEDED)

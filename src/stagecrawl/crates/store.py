@@ -8,16 +8,15 @@ whose crates are redone.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, literal, select, update
+from sqlalchemy import Connection, literal, select
 
-from stagecrawl.crates.queue import GAVE_UP, Outcome, utcnow
+from stagecrawl.crates.queue import Outcome, event_list
 from stagecrawl.storage.bulk import upsert
-from stagecrawl.storage.db import Database, in_values
+from stagecrawl.storage.db import Database
 
 LANGUAGE, REPOSITORY = "rust", "Cargo"
 
@@ -26,7 +25,7 @@ LANGUAGE, REPOSITORY = "rust", "Cargo"
 class CrateWrite:
     """What one claimed crate produced."""
 
-    event_ids: list[bytes]
+    event_ids: Sequence[Hashable]
     outcomes: list[Outcome]
     versions: list[dict[str, Any]] = field(default_factory=list)
     product: dict[str, Any] | None = None
@@ -39,25 +38,17 @@ def write_crates(db: Database, worker: str, batch: Sequence[CrateWrite]) -> list
     Several workers share one queue: on MySQL/MariaDB and PostgreSQL two batches can deadlock
     on LIST or VERSION rows; the database rolls one back whole, and it is done again (a few
     times, see `Database.transaction`), all or nothing."""
-    return db.transaction(lambda conn: _write_crates(conn, db, worker, batch))
 
+    def write(conn: Connection, kept: list[int]) -> None:
+        write_rows(conn, db, [batch[n] for n in kept])
 
-def _write_crates(
-    conn: Connection, db: Database, worker: str, batch: Sequence[CrateWrite]
-) -> list[bool]:
-    table = db.list
-    now = utcnow()
-    ids = [i for crate in batch for i in crate.event_ids]
-    held_query = select(table.c.ID).where(
-        in_values(table.c.ID, ids),
-        table.c.CLAIMED_BY == literal(worker),
-        table.c.CLAIMED_UNTIL >= literal(now),
+    return event_list(db).queue.complete(
+        worker, [crate.outcomes for crate in batch], write, [crate.event_ids for crate in batch]
     )
-    if not db.is_sqlite:
-        held_query = held_query.with_for_update()
-    held = set(conn.execute(held_query).scalars().all())
-    kept = [all(i in held for i in crate.event_ids) for crate in batch]
-    writes = [crate for crate, ok in zip(batch, kept, strict=True) if ok]
+
+
+def write_rows(conn: Connection, db: Database, writes: Sequence[CrateWrite]) -> None:
+    """The VERSION, PRODUCT and index-state rows of crates whose leases are held."""
     versions = [row for crate in writes for row in crate.versions]
     products = [crate.product for crate in writes if crate.product is not None]
     states = [crate.index_state for crate in writes if crate.index_state is not None]
@@ -67,33 +58,6 @@ def _write_crates(
         upsert(conn, db.product, products)
     if states:
         upsert(conn, db.index_state, states)
-    outcomes = [o for crate in writes for o in crate.outcomes]
-    # Outcomes with the same values (nearly all: collected, yanked or not) are one UPDATE
-    # … WHERE ID IN (…): pymysql's executemany sends an UPDATE row by row, one round trip
-    # each, and on every backend a few statements beat thousands of rows' worth.
-    same: dict[tuple[int, bool | None, str | None, bool], list[bytes]] = defaultdict(list)
-    for o in outcomes:
-        # a failed resync stays asked for; a done one clears itself
-        resync = o.event.resync and (o.processed >= 30 and o.processed != GAVE_UP)
-        same[(o.processed, o.yanked, o.error, resync)].append(o.event.id)
-    for (processed, yanked, error, resync), same_ids in same.items():
-        values: dict[str, Any] = {
-            "PROCESSED": processed,
-            "LAST_ERROR": error,
-            "RESYNC": resync,
-            "CLAIMED_BY": None,
-            "CLAIMED_UNTIL": None,
-            "LAST_UPDATED": now,
-        }
-        if yanked is not None:
-            values["YANKED"] = yanked
-        for start in range(0, len(same_ids), 1000):
-            conn.execute(
-                update(table)
-                .where(in_values(table.c.ID, same_ids[start : start + 1000]))
-                .values(**values)
-            )
-    return kept
 
 
 def existing_versions(db: Database, product_keys: Sequence[str]) -> dict[str, set[str]]:

@@ -1,10 +1,11 @@
 """Collecting the LIST: claimed crates → index + API → VERSION and PRODUCT rows, on the one loop.
 
-The LIST table is the durable queue (queue.py); `CratesQueue` puts it behind the engine's
-work-loop contract: a unit is one crate's claimed events (so a crate costs one index request
-and one API request, whoever takes it), a result is what that crate produced, and a batch of
-results is written in one transaction with each crate lease-checked (store.py). The queue also
-keeps this worker's row in TB_STAGECRAWL_WORKER and its heartbeat, which renews its leases.
+The LIST table is a durable queue of the generic queue package (stagecrawl.queue, declared in
+crates/queue.py); `crates_queue` runs it behind the engine's work-loop contract with the crates
+handler: a unit is one crate's claimed events (so a crate costs one index request and one API
+request, whoever takes it), a result is what that crate produced, and a batch of results is
+written in one transaction with each crate lease-checked. The queue keeps this worker's row in
+TB_STAGECRAWL_WORKER and its heartbeat, which renews its leases.
 """
 
 from __future__ import annotations
@@ -12,35 +13,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import socket
-import uuid
-from collections import Counter, defaultdict, deque
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Connection, delete, func, literal, select, update
+from sqlalchemy import Connection
 
 from stagecrawl.crates.client import CratesClient, IndexEntry, explain
 from stagecrawl.crates.index import IndexFormatError
 from stagecrawl.crates.licenses import AiLicenseClient, LicenseMatcher
 from stagecrawl.crates.names import product_key
 from stagecrawl.crates.queue import (
-    CLAIMABLE,
     COLLECTED,
     NOT_FOUND,
     SKIPPED,
     Claimed,
     Outcome,
-    claim,
+    event_list,
     next_failure_state,
-    next_lease_expiry,
-    release,
-    release_stale_leases,
-    renew_leases,
+    outcome,
     utcnow,
 )
 from stagecrawl.crates.rows import (
@@ -51,12 +44,13 @@ from stagecrawl.crates.rows import (
     product_row,
     version_row,
 )
-from stagecrawl.crates.store import CrateWrite, existing_versions, write_crates
+from stagecrawl.crates.store import CrateWrite, existing_versions, write_rows
 from stagecrawl.engine.filelock import exclusive
 from stagecrawl.engine.progress import ProgressReporter
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.engine.work import LoopSettings, LoopStats, WorkLoop
 from stagecrawl.errors import FetchError, LimiterUnavailable, NotFound, RateLimited
+from stagecrawl.queue import Handler, QueueRun, RunSettings, WorkerProgress, worker_id
 from stagecrawl.secrets import redact
 from stagecrawl.storage.db import Database
 
@@ -67,10 +61,12 @@ __all__ = [
     "CollectSettings",
     "CollectSummary",
     "Collector",
-    "CratesQueue",
+    "CratesHandler",
+    "crates_queue",
     "index_state_row",
     "product_row",
     "version_row",
+    "worker_id",
 ]
 
 log = logging.getLogger("stagecrawl.crates")
@@ -89,10 +85,6 @@ def single_sqlite_writer(db: Database) -> Iterator[None]:
     )
     with exclusive(Path(f"{path}.collect.lock"), busy):
         yield
-
-
-def worker_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
 @dataclass
@@ -138,210 +130,68 @@ class CrateResult:
     write: CrateWrite
 
 
-class CratesQueue:
-    """The LIST table behind the work-loop contract, for one worker."""
+class CratesHandler(Handler[CrateResult]):
+    """What the crates pipeline tells the generic queue: a crate's outcomes, its VERSION,
+    PRODUCT and index-state rows (written in the finishing transaction), one read of the
+    versions already stored per claim (skip_existing), and the run's accounting."""
 
-    def __init__(
-        self,
-        db: Database,
-        worker: str,
-        settings: CollectSettings,
-        summary: CollectSummary,
-        more_coming: Callable[[], bool] = lambda: False,
-    ) -> None:
+    def __init__(self, db: Database, settings: CollectSettings, summary: CollectSummary) -> None:
         self.db = db
-        self.worker = worker
         self.settings = settings
         self.summary = summary
-        self.more_coming = more_coming
-        self.failed_crates: set[str] = set()  # failed in this run: the next try is the next run
-        self.claimed_events = 0
-        # Claimed from the database ahead of the work loop's asks and handed out from here:
-        # one claim transaction per `claim_batch` crates (twice what the loop holds) rather
-        # than one per finished crate. They are leased (the heartbeat renews them) and go back
-        # in close() if never handed out.
-        self._ready: deque[list[Claimed]] = deque()
-        self.claim_batch = 2 * (
-            settings.concurrency + (settings.claim_crates or settings.concurrency)
-        )
-        self._after: str | None = None  # the last crate claimed: the next claim starts there
         # crate -> its versions already in VERSION, read once per claim (skip_existing)
         self.existing: dict[str, set[str]] = {}
-        self._heartbeat: asyncio.Task[None] | None = None
-        self._requests: Callable[[], int] = lambda: 0
 
-    # -- lifecycle: the worker's row, its heartbeat, and every lease back at the end -----------
-    async def open(self, shared_limit: bool, requests: Callable[[], int]) -> None:
-        self._requests = requests
-        freed = await asyncio.to_thread(release_stale_leases, self.db, self.db.is_sqlite)
-        if freed:
-            log.info("took back %d events claimed by a worker that is gone", freed)
-        await asyncio.to_thread(self._register_worker, shared_limit)
-        self._heartbeat = asyncio.create_task(self._beat_forever())
+    def outcomes(self, result: CrateResult) -> Sequence[Outcome]:
+        return result.write.outcomes
 
-    async def close(self) -> None:
-        # Claimed ahead and never handed out: they go back with the rest below.
-        self.summary.released += sum(len(group) for group in self._ready)
-        self._ready.clear()
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
-            await asyncio.gather(self._heartbeat, return_exceptions=True)
-        await asyncio.to_thread(self._unregister_worker)
-
-    def _register_worker(self, shared: bool) -> None:
-        now = utcnow()
-
-        def work(conn: Connection) -> None:
-            # Workers whose heartbeat stopped long ago are gone: clear them from the list.
-            conn.execute(
-                delete(self.db.worker).where(
-                    self.db.worker.c.HEARTBEAT < literal(now - timedelta(hours=1))
-                )
-            )
-            conn.execute(
-                self.db.worker.insert().values(
-                    WORKER_ID=self.worker,
-                    HOST=socket.gethostname(),
-                    PID=os.getpid(),
-                    STARTED=now,
-                    HEARTBEAT=now,
-                    EVENTS_DONE=0,
-                    CRATES_DONE=0,
-                    REQUESTS=0,
-                    SHARED_LIMIT=shared,
-                )
-            )
-
-        self.db.transaction(work)
-
-    def _beat(self) -> None:
-        statement = (
-            update(self.db.worker)
-            .where(self.db.worker.c.WORKER_ID == literal(self.worker))
-            .values(
-                HEARTBEAT=utcnow(),
-                EVENTS_DONE=sum(self.summary.outcomes.values()),
-                CRATES_DONE=self.summary.crates,
-                REQUESTS=self._requests(),
-            )
-        )
-        self.db.transaction(lambda conn: conn.execute(statement))
-        renew_leases(self.db, self.worker, self.settings.lease_seconds)
-
-    async def _beat_forever(self) -> None:
-        # Beat well inside the lease, so a live worker never loses what it holds.
-        interval = min(self.settings.heartbeat_interval, self.settings.lease_seconds / 3)
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await asyncio.to_thread(self._beat)
-            except Exception as exc:  # a missed beat is retried; the lease has room for it
-                log.warning("heartbeat failed: %s", str(exc).splitlines()[0])
-
-    def _unregister_worker(self) -> None:
-        table = self.db.list
-
-        def work(conn: Connection) -> None:
-            # Whatever this worker still holds goes back now, not when its lease runs out.
-            conn.execute(
-                update(table)
-                .where(table.c.CLAIMED_BY == literal(self.worker))
-                .values(CLAIMED_BY=None, CLAIMED_UNTIL=None)
-            )
-            conn.execute(
-                delete(self.db.worker).where(self.db.worker.c.WORKER_ID == literal(self.worker))
-            )
-
-        self.db.transaction(work)
-
-    # -- the work-loop contract --------------------------------------------------------------
-    async def claim(self, limit: int) -> list[list[Claimed]]:
-        if len(self._ready) < limit:
-            # Top up in bulk: the loop reads a short answer as "the queue ran short".
-            await asyncio.to_thread(
-                self._claim_ahead, max(limit - len(self._ready), self.claim_batch)
-            )
-        taken: list[list[Claimed]] = []
-        while self._ready and len(taken) < limit:
-            taken.append(self._ready.popleft())
-        return taken
-
-    def _claim_ahead(self, crates: int) -> None:
-        max_events: int | None = None
-        if self.settings.limit is not None:
-            max_events = self.settings.limit - self.claimed_events
-            if max_events <= 0:
-                return
-        events = claim(
-            self.db,
-            self.worker,
-            crates,
-            self.settings.lease_seconds,
-            self.failed_crates,  # live: read inside the claim's transaction
-            max_events,
-            self._after,
-        )
-        if not events:
-            return
-        self.claimed_events += len(events)
-        self._after = events[-1].crate_name
-        groups: dict[str, list[Claimed]] = defaultdict(list)
-        for event in events:
-            groups[event.crate_name].append(event)
+    def claimed(self, units: Sequence[list[Claimed]]) -> None:
         if self.settings.skip_existing:
             # One read (no write lock) for the whole claim, not one per crate.
-            keys = {product_key(group[0].name): name for name, group in groups.items()}
+            keys = {product_key(unit[0].name): unit[0].group for unit in units}
             found = existing_versions(self.db, list(keys))
             for key, name in keys.items():
                 self.existing[name] = found.get(key, set())
-        self._ready.extend(groups.values())
 
-    async def complete(self, results: Sequence[CrateResult]) -> None:
-        kept = await asyncio.to_thread(
-            write_crates, self.db, self.worker, [r.write for r in results]
-        )
+    def write(self, conn: Connection, results: Sequence[CrateResult]) -> None:
+        write_rows(conn, self.db, [r.write for r in results])
+
+    def finished(self, results: Sequence[CrateResult], kept: Sequence[bool]) -> None:
         summary = self.summary
         for result, written in zip(results, kept, strict=True):
             if not written:
                 summary.lost_leases += 1
                 log.warning("lease lost for %s: another worker has it", result.group[0].name)
                 continue
-            for outcome in result.write.outcomes:
-                summary.outcomes[outcome.processed] += 1
+            for done in result.write.outcomes:
+                summary.outcomes[done.state] += 1
             summary.yanked += sum(1 for v in result.write.versions if v["YANKED"])
             summary.crates += 1
 
-    async def release(self, units: Sequence[list[Claimed]]) -> None:
-        # A crate given back (a stop, a crash) is not claimed again in this run: a crash must
-        # not turn into a loop of claims.
-        self.failed_crates.update(group[0].crate_name for group in units if group)
-        ids = [event.id for group in units for event in group]
-        await asyncio.to_thread(release, self.db, self.worker, ids)
-        self.summary.released += len(ids)
 
-    def pending_count(self) -> int:
-        table = self.db.list
-        with self.db.reading() as conn:
-            return int(
-                conn.execute(
-                    select(func.count()).where(
-                        table.c.PROCESSED.in_(CLAIMABLE) | table.c.RESYNC.is_(True)
-                    )
-                ).scalar_one()
-            )
-
-    async def is_empty(self) -> bool:
-        return await asyncio.to_thread(self.pending_count) == 0
-
-    async def is_finished(self) -> bool:
-        if self.more_coming():
-            return False  # seeding is still registering events
-        if self.settings.limit is not None and self.claimed_events >= self.settings.limit:
-            return True
-        # Another worker holds unfinished events: wait for it to write them, or for its lease
-        # to run out (it died) and take them over.
-        expiry = await asyncio.to_thread(next_lease_expiry, self.db, set(self.failed_crates))
-        return expiry is None
+def crates_queue(
+    db: Database,
+    worker: str,
+    settings: CollectSettings,
+    summary: CollectSummary,
+    more_coming: Callable[[], bool] = lambda: False,
+) -> QueueRun[CrateResult]:
+    """The LIST behind the work-loop contract, for one worker: claims read ahead one claim
+    transaction per `claim_batch` crates (twice what the loop holds) rather than one per
+    finished crate."""
+    claim_batch = 2 * (settings.concurrency + (settings.claim_crates or settings.concurrency))
+    return QueueRun(
+        event_list(db).queue,
+        CratesHandler(db, settings, summary),
+        worker,
+        RunSettings(
+            lease_seconds=settings.lease_seconds,
+            heartbeat_interval=settings.heartbeat_interval,
+            claim_batch=claim_batch,
+            limit=settings.limit,
+        ),
+        more_coming,
+    )
 
 
 class Collector:
@@ -367,7 +217,8 @@ class Collector:
         self.worker = worker or worker_id()
         self.summary = CollectSummary()
         self.stop = stop or GracefulStop("crates in progress")
-        self.queue = CratesQueue(db, self.worker, self.settings, self.summary, more_coming)
+        self.queue = crates_queue(db, self.worker, self.settings, self.summary, more_coming)
+        self.handler = cast(CratesHandler, self.queue.handler)
         s = self.settings
         self.loop = WorkLoop(
             self.queue,
@@ -402,18 +253,24 @@ class Collector:
                     "no --redis-url: this worker has its own rate bucket; N workers together"
                     " send up to N times the configured rate"
                 )
-            self.total += await asyncio.to_thread(self.queue.pending_count)
+            self.total += await asyncio.to_thread(self.queue.queue.pending_count)
             if self.settings.limit is not None:
                 self.total = min(self.total, self.settings.limit)
             self.licenses = await asyncio.to_thread(LicenseMatcher.load, self.db)
-            await self.queue.open(shared, lambda: sum(fetcher.stats.requests.values()))
+            await self.queue.open(shared, self._progress)
             try:
                 stats = await self.loop.run()
             finally:
                 await self.queue.close()  # every lease still held goes back now
+                self.summary.released = self.queue.released_rows
         self.summary.interrupted = stats.interrupted
         self.summary.wall_seconds = stats.wall_seconds
         return self.summary
+
+    def _progress(self) -> WorkerProgress:
+        s = self.summary
+        requests = sum(self.client.fetcher.stats.requests.values())
+        return WorkerProgress(sum(s.outcomes.values()), s.crates, requests)
 
     def _report(self, _stats: LoopStats | None) -> None:
         if self.progress is None:
@@ -462,10 +319,10 @@ class Collector:
         todo = group
         outcomes: list[Outcome] = []
         if self.settings.skip_existing:
-            existing = self.queue.existing.pop(group[0].crate_name)  # read with the claim
-            todo = [e for e in group if e.resync or e.version not in existing]
+            existing = self.handler.existing.pop(group[0].group)  # read with the claim
+            todo = [e for e in group if e.requeue or e.version not in existing]
             outcomes = [
-                Outcome(e, SKIPPED) for e in group if not e.resync and e.version in existing
+                outcome(e, SKIPPED) for e in group if not e.requeue and e.version in existing
             ]
             if not todo:
                 return outcomes, [], None
@@ -473,7 +330,7 @@ class Collector:
             entry = await self.client.index(real)
         except NotFound:
             return (
-                outcomes + [Outcome(e, NOT_FOUND, error="not in the index") for e in todo],
+                outcomes + [outcome(e, NOT_FOUND, error="not in the index") for e in todo],
                 [],
                 None,
             )
@@ -496,11 +353,11 @@ class Collector:
             if found is not None:
                 row = version_row(entry.real_name, found, api, now, self.licenses, ai_ids)
                 versions.append(row)
-                outcomes.append(Outcome(event, COLLECTED, yanked=found.yanked))
+                outcomes.append(outcome(event, COLLECTED, yanked=found.yanked))
             elif entry.unreadable_reason(event.version) is not None:
                 unreadable.append(event)
             else:
-                outcomes.append(Outcome(event, NOT_FOUND, error="version not in the index"))
+                outcomes.append(outcome(event, NOT_FOUND, error="version not in the index"))
         if entry.problems:
             self.summary.index_problems[entry.real_name] = entry.problem_lines()
         if unreadable:
@@ -511,22 +368,22 @@ class Collector:
         """Events whose version may be on an unreadable index line: not found is not known, so
         they climb the retry ladder with the line and its reason (a fixed index collects them
         on a later run), and the crate is not retried in this run."""
-        self.queue.failed_crates.add(events[0].crate_name)
+        self.queue.this_run.add(events[0].group)
         self.summary.errors["index_line"] += 1
         outcomes = []
         for event in events:
             reason = entry.unreadable_reason(event.version) or ""
             self.summary.failures[f"{event.name}@{event.version}"] = reason[:300]
-            outcomes.append(Outcome(event, next_failure_state(event.processed), error=reason))
+            outcomes.append(outcome(event, next_failure_state(event.state), error=reason))
         return outcomes
 
     def _failures(self, events: list[Claimed], reason: str, exc: Exception) -> list[Outcome]:
         kind = getattr(exc, "kind", "format")
         reason = redact(reason)  # stored and shown later, maybe where the secret is not known
         self.summary.errors[kind] += 1
-        crate = events[0].crate_name
-        self.queue.failed_crates.add(crate)  # before the write frees the events: no retry now
+        # before the write frees the events: no retry in this run
+        self.queue.this_run.add(events[0].group)
         self.summary.failures[events[0].name] = reason[:300]
         if isinstance(exc, RateLimited):
             log.warning("rate limited: %s", exc)
-        return [Outcome(e, next_failure_state(e.processed), error=reason[:2000]) for e in events]
+        return [outcome(e, next_failure_state(e.state), error=reason[:2000]) for e in events]

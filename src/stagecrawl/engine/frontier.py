@@ -2,13 +2,16 @@
 
 SQLite (stdlib) in WAL mode, one file beside the output. A request is `pending`, `inflight`
 (claimed by this run), `done`, `failed` (on the ladder: `attempts` so far and the last `error`)
-or `gave_up` (after `max_attempts`). Completing a request and inserting the requests it
-produced happen in one transaction, so a crash at any point leaves each request either still to
-do or done with all its children recorded.
+or `gave_up` — the product's one retry ladder (`stagecrawl.queue.ladder.RetryLadder`: the
+sixth failure gives up), counted in `attempts` beside the state. Completing a request and
+inserting the requests it produced happen in one transaction, so a crash at any point leaves
+each request either still to do or done with all its children recorded.
 
 Opening the frontier starts a run: `inflight` rows from a dead run go back to `pending`, and
-so do `failed` rows — the next try of a failed request is the next run (a run never retries
-what failed during it). A lock file keeps a second process off the same frontier.
+so do `failed` rows — the one "next try = next run" policy (a run never retries what failed
+during it; `stagecrawl.queue.ThisRun` keeps it in memory for shared SQL queues, here the
+`failed` state keeps it, one process per frontier). A lock file keeps a second process off
+the same frontier.
 
 `FrontierQueue` puts it behind the engine's work-loop contract (engine/work.py), together with
 the sink the items go to; every call runs on one dedicated thread, off the event loop.
@@ -30,6 +33,7 @@ from typing import Any, Protocol, TypeVar
 from stagecrawl.engine.filelock import exclusive
 from stagecrawl.engine.request import Item, Request
 from stagecrawl.errors import StorageError
+from stagecrawl.queue.ladder import LADDER, RetryLadder
 
 PENDING, INFLIGHT, DONE, FAILED, GAVE_UP = 0, 1, 2, 3, 4
 STATE_NAMES = {
@@ -39,7 +43,7 @@ STATE_NAMES = {
     FAILED: "failed (retried next run)",
     GAVE_UP: "given up",
 }
-MAX_ATTEMPTS = 6
+MAX_ATTEMPTS = LADDER.max_failures
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS requests (
@@ -66,10 +70,11 @@ class Completion:
 
 
 class Frontier:
-    def __init__(self, path: Path | str | None = None, max_attempts: int = MAX_ATTEMPTS) -> None:
+    def __init__(self, path: Path | str | None = None, ladder: RetryLadder = LADDER) -> None:
         """`path=None` keeps the frontier in memory (no resume)."""
         self.path = Path(path) if path is not None else None
-        self.max_attempts = max_attempts
+        self.retry = ladder
+        self.max_attempts = ladder.max_failures
         self._lock = contextlib.ExitStack()
         if self.path is not None:
             self._lock.enter_context(
@@ -154,7 +159,7 @@ class Frontier:
 
     def complete(self, completions: Sequence[Completion]) -> int:
         """Record outcomes and their child requests atomically; returns new children added.
-        A failure climbs the ladder: `failed` until `max_attempts`, then `gave_up`."""
+        A failure climbs the ladder: `failed`, until the ladder gives it up: `gave_up`."""
         with self._transaction():
             before = self.db.total_changes
             children = [self._row(c) for done in completions for c in done.children]

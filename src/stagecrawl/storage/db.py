@@ -16,6 +16,7 @@ import os
 import random
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -75,14 +76,37 @@ def dumps(value: Any) -> str | None:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def build_metadata(ci: str | None, mysql_kw: dict[str, Any]) -> MetaData:
-    metadata = MetaData()
+@dataclass(frozen=True)
+class RegistryTables:
+    """One registry's tables in the organisation's format (docs/schema.md): the LIST (event
+    grain, the durable queue), VERSION, PRODUCT, and the seed queue."""
+
+    code: str  # RUST, PYPI …
+    list: Table
+    version: Table
+    product: Table
+    seed: Table
+
+
+def registry_tables(
+    metadata: MetaData,
+    code: str,
+    ci: str | None,
+    mysql_kw: dict[str, Any],
+    seed_name: str | None = None,
+    version_extra: Sequence[Column[Any]] = (),
+    product_extra: Sequence[Column[Any]] = (),
+) -> RegistryTables:
+    """Declare `TB_COMP_LIB_<code>_LIST`, `TB_COMP_LIB_VERSION_<code>`,
+    `TB_COMP_LIB_PRODUCT_<code>` and the seed queue (`TB_STAGECRAWL_SEED_<code>` unless
+    `seed_name`) on `metadata`: the same column set for every registry, with the registry's
+    own facts in added nullable columns (`version_extra`, `product_extra`)."""
 
     def ident(length: int) -> String:
         return String(length, collation=ci)
 
-    Table(
-        "TB_COMP_LIB_RUST_LIST",
+    events = Table(
+        f"TB_COMP_LIB_{code}_LIST",
         metadata,
         Column("ID", EventId, primary_key=True),
         Column("CRATE_NAME", ident(64), nullable=False),
@@ -99,14 +123,14 @@ def build_metadata(ci: str | None, mysql_kw: dict[str, Any]) -> MetaData:
         Column("CLAIMED_UNTIL", DateTime),
         Column("TIMESTAMP", DateTime, nullable=False),
         Column("LAST_UPDATED", DateTime, nullable=False),
-        Index("IX_RUST_LIST_CRATE_NAME", "CRATE_NAME"),
-        Index("IX_RUST_LIST_PROCESSED", "PROCESSED"),
-        Index("IX_RUST_LIST_TIMESTAMP", "TIMESTAMP"),
-        Index("IX_RUST_LIST_LAST_UPDATED", "LAST_UPDATED"),
+        Index(f"IX_{code}_LIST_CRATE_NAME", "CRATE_NAME"),
+        Index(f"IX_{code}_LIST_PROCESSED", "PROCESSED"),
+        Index(f"IX_{code}_LIST_TIMESTAMP", "TIMESTAMP"),
+        Index(f"IX_{code}_LIST_LAST_UPDATED", "LAST_UPDATED"),
         **mysql_kw,
     )
-    Table(
-        "TB_COMP_LIB_VERSION_RUST",
+    version = Table(
+        f"TB_COMP_LIB_VERSION_{code}",
         metadata,
         Column("LANGUAGE", String(16), primary_key=True),
         Column("REPOSITORY", String(16), primary_key=True),
@@ -131,11 +155,12 @@ def build_metadata(ci: str | None, mysql_kw: dict[str, Any]) -> MetaData:
         Column("RELEASE_DATE", DateTime),
         Column("PROCESSED", SmallInteger, nullable=False, default=1),
         Column("LAST_UPDATED", DateTime, nullable=False),
-        Index("IX_VERSION_RUST_LAST_UPDATED", "LAST_UPDATED"),
+        *version_extra,
+        Index(f"IX_VERSION_{code}_LAST_UPDATED", "LAST_UPDATED"),
         **mysql_kw,
     )
-    Table(
-        "TB_COMP_LIB_PRODUCT_RUST",
+    product = Table(
+        f"TB_COMP_LIB_PRODUCT_{code}",
         metadata,
         Column("LANGUAGE", String(16), primary_key=True),
         Column("REPOSITORY", String(16), primary_key=True),
@@ -151,8 +176,34 @@ def build_metadata(ci: str | None, mysql_kw: dict[str, Any]) -> MetaData:
         Column("DOWNLOADS", BigCount),
         Column("VERSION_COUNT", Integer, nullable=False),
         Column("LAST_UPDATED", DateTime, nullable=False),
+        *product_extra,
         **mysql_kw,
     )
+    seed = Table(
+        seed_name or f"TB_STAGECRAWL_SEED_{code}",
+        metadata,
+        Column("CRATE_NAME", ident(64), primary_key=True),
+        Column("NAME", ident(64), nullable=False),
+        Column("STATE", SmallInteger, nullable=False, default=0),
+        Column("RESYNC", Boolean, nullable=False, default=False),
+        Column("VERSIONS", Integer),
+        Column("LAST_ERROR", Text),
+        Column("LAST_UPDATED", DateTime, nullable=False),
+        **mysql_kw,
+    )
+    return RegistryTables(code, events, version, product, seed)
+
+
+def build_metadata(ci: str | None, mysql_kw: dict[str, Any]) -> MetaData:
+    metadata = MetaData()
+
+    def ident(length: int) -> String:
+        return String(length, collation=ci)
+
+    # Each registry's tables (a new registry adds its line here; its extra columns are its own)
+    metadata.info["registries"] = {
+        "RUST": registry_tables(metadata, "RUST", ci, mysql_kw, seed_name="TB_STAGECRAWL_SEED"),
+    }
     Table(
         "TB_LICENSE_V2",
         metadata,
@@ -219,18 +270,6 @@ def build_metadata(ci: str | None, mysql_kw: dict[str, Any]) -> MetaData:
         **mysql_kw,
     )
     Table(
-        "TB_STAGECRAWL_SEED",
-        metadata,
-        Column("CRATE_NAME", ident(64), primary_key=True),
-        Column("NAME", ident(64), nullable=False),
-        Column("STATE", SmallInteger, nullable=False, default=0),
-        Column("RESYNC", Boolean, nullable=False, default=False),
-        Column("VERSIONS", Integer),
-        Column("LAST_ERROR", Text),
-        Column("LAST_UPDATED", DateTime, nullable=False),
-        **mysql_kw,
-    )
-    Table(
         "TB_STAGECRAWL_WORKER",
         metadata,
         Column("WORKER_ID", String(128), primary_key=True),
@@ -292,20 +331,24 @@ class Database:
             else {}
         )
         self.metadata = build_metadata(ci, mysql_kw)
-        self.list = self.metadata.tables["TB_COMP_LIB_RUST_LIST"]
-        self.version = self.metadata.tables["TB_COMP_LIB_VERSION_RUST"]
-        self.product = self.metadata.tables["TB_COMP_LIB_PRODUCT_RUST"]
+        self.registries: dict[str, RegistryTables] = self.metadata.info["registries"]
+        rust = self.registries["RUST"]
+        self.list, self.version, self.product = rust.list, rust.version, rust.product
         self.license = self.metadata.tables["TB_LICENSE_V2"]
         self.vuln_v1 = self.metadata.tables["TB_COMP_LIB_VULN_CARGO_V1"]
         self.vuln_raw = self.metadata.tables["TB_COMP_LIB_VULN_CARGO_RAW"]
         self.vuln_hit = self.metadata.tables["TB_COMP_LIB_VULN_CARGO_HIT"]
         self.worker = self.metadata.tables["TB_STAGECRAWL_WORKER"]
-        self.seed = self.metadata.tables["TB_STAGECRAWL_SEED"]
+        self.seed = rust.seed
         self.index_state = self.metadata.tables["TB_COMP_LIB_RUST_INDEX_STATE"]
         if read_only:
             self._require_tables()
         elif create:
             self.create_all()
+
+    def registry(self, code: str) -> RegistryTables:
+        """The tables of one registry (RUST, PYPI …)."""
+        return self.registries[code]
 
     def _require_tables(self) -> None:
         try:

@@ -1,0 +1,258 @@
+"""The organisation's LIST table (`TB_COMP_LIB_<X>_LIST`, one row per package version event)
+as a queue: its ladder codes, its declaration, and registering events (an idempotent upsert).
+
+The same for every registry; the registry gives its identity rules (`identity`: the name as
+the group key, `event_key`: the row id of name@version).
+
+PROCESSED ladder (docs/schema.md): 0 pending · 1 collected · 2 skipped, already in VERSION ·
+4 not found in the registry · 30–34 transient failure number 1–5 · 39 given up. RESYNC makes a
+finished event claimable again and clears itself when the event is done.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, Table, bindparam, or_, select, update
+from sqlalchemy.exc import IntegrityError
+
+from stagecrawl.queue.ladder import LadderCodes
+from stagecrawl.queue.sql import SqlQueue
+from stagecrawl.queue.table import QueueTable, utcnow
+from stagecrawl.storage.bulk import executemany
+from stagecrawl.storage.db import Database, in_values
+
+PENDING, COLLECTED, SKIPPED, NOT_FOUND = 0, 1, 2, 4
+LIST_CODES = LadderCodes(
+    finished={
+        COLLECTED: "collected",
+        SKIPPED: "skipped (already in VERSION)",
+        NOT_FOUND: "not found in the index",
+    }
+)
+TRANSIENT_FIRST, TRANSIENT_LAST, GAVE_UP = (
+    LIST_CODES.first_failure,
+    LIST_CODES.last_failure,
+    LIST_CODES.gave_up,
+)
+CLAIMABLE = LIST_CODES.claimable
+STATE_NAMES = LIST_CODES.names
+
+
+def list_spec(table: Table) -> QueueTable:
+    """A LIST table's columns: events grouped by package (CRATE_NAME), leased."""
+    return QueueTable(
+        table,
+        id="ID",
+        group="CRATE_NAME",
+        state="PROCESSED",
+        reason="LAST_ERROR",
+        updated="LAST_UPDATED",
+        codes=LIST_CODES,
+        holder="CLAIMED_BY",
+        until="CLAIMED_UNTIL",
+        requeue="RESYNC",
+        name="NAME",
+        version="VERSION",
+    )
+
+
+def seed_spec(table: Table) -> QueueTable:
+    """A seed table's columns: one name per row, the LIST's codes, no leases (seeding is
+    idempotent: two processes asking for one name register the same events). RESYNC asks
+    the name's events to be registered for collecting again; it clears itself when seeded."""
+    return QueueTable(
+        table,
+        id="CRATE_NAME",
+        group="CRATE_NAME",
+        state="STATE",
+        reason="LAST_ERROR",
+        updated="LAST_UPDATED",
+        codes=LIST_CODES,
+        requeue="RESYNC",
+        name="NAME",
+    )
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    name: str  # real spelling
+    version: str
+    source: str  # "seed" or "lock"
+    yanked: bool = False
+    resolve_kind: str | None = None
+    ref_tags: Sequence[str] = ()
+
+
+@dataclass
+class RegisterCounts:
+    new: int = 0
+    merged: int = 0
+    unchanged: int = 0
+    requeued: int = 0
+
+    def add(self, other: RegisterCounts) -> None:
+        self.new += other.new
+        self.merged += other.merged
+        self.unchanged += other.unchanged
+        self.requeued += other.requeued
+
+
+# Events per registering transaction: large, so a million events cost a few hundred commits and
+# executemany calls, and within SQLite's 32,766 bound parameters for the `ID IN (…)` read.
+REGISTER_CHUNK = 5000
+
+
+def _tags_json(tags: Iterable[str]) -> str:
+    unique = sorted(set(tags))
+    # most events have no tags: no encoder call
+    return json.dumps(unique, separators=(",", ":"), ensure_ascii=False) if unique else "[]"
+
+
+def _merge_sources(existing: str, new: str) -> str:
+    return ",".join(sorted(set(filter(None, existing.split(","))) | {new}))
+
+
+class EventList:
+    """One registry's LIST in one database: the queue, and registering events into it."""
+
+    def __init__(
+        self,
+        db: Database,
+        table: Table,
+        identity: Callable[[str], str],
+        event_key: Callable[[str, str], bytes],
+    ) -> None:
+        self.db = db
+        self.table = table
+        self.identity = identity
+        self.event_key = event_key
+        self.queue = SqlQueue(db, list_spec(table))
+
+    def register(self, events: Iterable[NewEvent], resync: bool = False) -> RegisterCounts:
+        """Idempotent upsert of events: merges SOURCE and REF_TAGS, refreshes YANKED, and never
+        resets a finished event unless `resync`."""
+        by_id: dict[bytes, NewEvent] = {}
+        for ev in events:
+            key = self.event_key(ev.name, ev.version)
+            if key in by_id:  # same event twice in one call: merge its tags
+                prev = by_id[key]
+                tags = sorted(set(prev.ref_tags) | set(ev.ref_tags))
+                ev = NewEvent(
+                    prev.name, prev.version, prev.source, ev.yanked, prev.resolve_kind, tuple(tags)
+                )
+            by_id[key] = ev
+        counts = RegisterCounts()
+        ids = list(by_id)
+        for start in range(0, len(ids), REGISTER_CHUNK):
+            chunk = ids[start : start + REGISTER_CHUNK]
+
+            def work(conn: Connection, chunk: list[bytes] = chunk) -> RegisterCounts:
+                return self._register_chunk(conn, chunk, by_id, resync)
+
+            try:
+                counts.add(self.db.transaction(work))
+            except IntegrityError:
+                # Another process inserted some of these events between our read and our
+                # insert: read again, and this time they are merged as existing rows.
+                counts.add(self.db.transaction(work))
+        return counts
+
+    def _register_chunk(
+        self, conn: Connection, chunk: list[bytes], by_id: dict[bytes, NewEvent], resync: bool
+    ) -> RegisterCounts:
+        counts = RegisterCounts()
+        table = self.table
+        now = utcnow()
+        existing = {
+            row.ID: row
+            for row in conn.execute(
+                select(
+                    table.c.ID,
+                    table.c.SOURCE,
+                    table.c.REF_TAGS,
+                    table.c.YANKED,
+                    table.c.PROCESSED,
+                    table.c.RESOLVE_KIND,
+                ).where(in_values(table.c.ID, chunk))
+            )
+        }
+        inserts: list[dict[str, Any]] = []
+        updates: list[dict[str, Any]] = []
+        for key in chunk:
+            ev = by_id[key]
+            row = existing.get(key)
+            if row is None:
+                inserts.append(
+                    {
+                        "ID": key,
+                        "CRATE_NAME": self.identity(ev.name),
+                        "NAME": ev.name,
+                        "VERSION": ev.version,
+                        "SOURCE": ev.source,
+                        "RESOLVE_KIND": ev.resolve_kind,
+                        "REF_TAGS": _tags_json(ev.ref_tags),
+                        "YANKED": ev.yanked,
+                        "PROCESSED": PENDING,
+                        "RESYNC": False,
+                        "TIMESTAMP": now,
+                        "LAST_UPDATED": now,
+                    }
+                )
+                continue
+            source = _merge_sources(row.SOURCE, ev.source)
+            old_tags = row.REF_TAGS or "[]"
+            tags_json = (
+                old_tags
+                if old_tags == "[]" and not ev.ref_tags
+                else _tags_json([*json.loads(old_tags), *ev.ref_tags])
+            )
+            kind = row.RESOLVE_KIND or ev.resolve_kind
+            requeue = resync and row.PROCESSED not in CLAIMABLE
+            changed = (
+                source != row.SOURCE
+                or tags_json != row.REF_TAGS
+                or bool(row.YANKED) != ev.yanked
+                or kind != row.RESOLVE_KIND
+            )
+            if not changed and not requeue:
+                counts.unchanged += 1
+                continue
+            counts.merged += int(changed)
+            counts.requeued += int(requeue)
+            updates.append(
+                {
+                    "b_id": key,
+                    "SOURCE": source,
+                    "REF_TAGS": tags_json,
+                    "YANKED": ev.yanked,
+                    "RESOLVE_KIND": kind,
+                    "RESYNC": bool(requeue),
+                    "LAST_UPDATED": now,
+                }
+            )
+        if inserts:
+            executemany(conn, ("register-insert", table, tuple(inserts[0])), table.insert, inserts)
+            counts.new += len(inserts)
+        if updates:
+            executemany(
+                conn,
+                ("register-update", table),
+                lambda: (
+                    update(table)
+                    .where(table.c.ID == bindparam("b_id"))
+                    .values(
+                        SOURCE=bindparam("SOURCE"),
+                        REF_TAGS=bindparam("REF_TAGS"),
+                        YANKED=bindparam("YANKED"),
+                        RESOLVE_KIND=bindparam("RESOLVE_KIND"),
+                        RESYNC=or_(table.c.RESYNC, bindparam("RESYNC")),
+                        LAST_UPDATED=bindparam("LAST_UPDATED"),
+                    )
+                ),
+                updates,
+            )
+        return counts

@@ -1,0 +1,401 @@
+"""A durable work queue over any declared SQL table: claim with a lease, renew, release, lease
+expiry, complete (with the registry's own rows, in the same transaction), and the ladder.
+
+Claims run in a short transaction: `SELECT … FOR UPDATE SKIP LOCKED` on MySQL/MariaDB and
+PostgreSQL, under SQLite's `BEGIN IMMEDIATE` write lock (one writer); claimed rows get the
+holder and the lease's end. A finishing write only touches rows whose lease it still holds.
+Every writing transaction goes through `Database.transaction` (re-done whole after a deadlock).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Collection, Hashable, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, and_, false, func, literal, or_, select, update
+from sqlalchemy.sql.elements import ColumnElement
+
+from stagecrawl.queue.ladder import ThisRun
+from stagecrawl.queue.table import Claimed, Outcome, QueueTable, utcnow
+from stagecrawl.storage.db import Database, in_values
+
+# Rows per `UPDATE … WHERE id IN (…)` (within every backend's bound on parameters).
+IN_CHUNK = 1000
+
+
+class SqlQueue:
+    """One queue table of one database."""
+
+    def __init__(self, db: Database, spec: QueueTable) -> None:
+        self.db = db
+        self.spec = spec
+        self.table = spec.table
+        self.codes = spec.codes
+
+    def _c(self, name: str) -> ColumnElement[Any]:
+        return self.table.c[name]
+
+    # -- what is claimable ------------------------------------------------------------------
+    def _wanted(self) -> ColumnElement[bool]:
+        """Rows on the claimable rungs, or finished ones asked again (requeue)."""
+        s = self.spec
+        wanted: ColumnElement[bool] = self._c(s.state).in_(self.codes.claimable)
+        if s.requeue is not None:
+            wanted = or_(wanted, self._c(s.requeue).is_(True))
+        return wanted
+
+    def _claimable(self, now: datetime, exclude: Collection[str]) -> ColumnElement[bool]:
+        s = self.spec
+        condition = self._wanted()
+        if s.leased:
+            assert s.until is not None
+            until = self._c(s.until)
+            condition = and_(condition, or_(until.is_(None), until < now))
+        if exclude:
+            condition = and_(condition, self._c(s.group).not_in(sorted(exclude)))
+        return condition
+
+    def _columns(self) -> tuple[ColumnElement[Any], ...]:
+        s = self.spec
+        return (
+            self._c(s.id),
+            self._c(s.group),
+            self._c(s.state),
+            self._c(s.requeue) if s.requeue else false(),
+            self._c(s.name) if s.name else self._c(s.group),
+            self._c(s.version) if s.version else literal(""),
+        )
+
+    @staticmethod
+    def _claimed(rows: Sequence[Any]) -> list[Claimed]:
+        return [
+            Claimed(key, str(group), int(state), bool(requeue), str(name), str(version))
+            for key, group, state, requeue, name, version in rows
+        ]
+
+    # -- claims -----------------------------------------------------------------------------
+    def claim(
+        self,
+        worker: str,
+        groups: int,
+        lease_seconds: float,
+        exclude: Collection[str] | None = None,
+        max_rows: int | None = None,
+        after: str | None = None,
+    ) -> list[Claimed]:
+        """Lease the claimable rows of up to `groups` whole groups, skipping rows other workers
+        hold, in group order.
+
+        `after` (the last group this worker claimed) starts the search there: without a
+        starting point every claim would step over all the finished rows before the first
+        claimable one (a claim's cost growing with the work done). When nothing is claimable
+        from there on, the search starts again from the first group. `exclude` (the groups
+        that failed in this run, `ThisRun`) is read once the transaction has begun, and again
+        after the rows are read: a failure written meanwhile keeps its group out."""
+        s = self.spec
+        assert s.leased and s.holder and s.until, f"{self.table.name} has no lease columns"
+        now = utcnow()
+        until = now + timedelta(seconds=lease_seconds)
+
+        def work(conn: Connection) -> Sequence[Any]:
+            excluded = _snapshot(exclude)
+            claimable = self._claimable(now, excluded)
+            pick = self._pick_sqlite if self.db.is_sqlite else self._pick_locking
+            rows = pick(conn, claimable, groups, max_rows, after)
+            if exclude:
+                rows = [r for r in rows if r[1] not in exclude]
+            if rows:
+                conn.execute(
+                    update(self.table)
+                    .where(in_values(self._c(s.id), [r[0] for r in rows]))
+                    .values({s.holder: worker, s.until: until})
+                )
+            return rows
+
+        return self._claimed(self.db.transaction(work))
+
+    def peek(self, limit: int, exclude: Collection[str] | None = None) -> list[Claimed]:
+        """The first `limit` claimable rows in group order, read without a lease (a queue
+        without lease columns: its caller keeps what it holds out with `exclude`)."""
+        query = (
+            select(*self._columns())
+            .where(self._claimable(utcnow(), _snapshot(exclude)))
+            .order_by(self._c(self.spec.group))
+            .limit(limit)
+        )
+        with self.db.reading() as conn:
+            return self._claimed(conn.execute(query).all())
+
+    def _windows(self, window: Any, after: str | None) -> list[Any]:
+        group = self._c(self.spec.group)
+        return [window.where(group >= literal(after)), window] if after else [window]
+
+    def _pick_sqlite(
+        self,
+        conn: Connection,
+        claimable: ColumnElement[bool],
+        groups: int,
+        max_rows: int | None,
+        after: str | None,
+    ) -> Sequence[Any]:
+        """One writer, under the write lock: the first groups in order (read as keys only),
+        then every claimable row of them."""
+        group = self._c(self.spec.group)
+        window = select(group).where(claimable).distinct().order_by(group).limit(groups)
+        for candidate in self._windows(window, after):
+            names = conn.execute(candidate).scalars().all()
+            if names:
+                break
+        else:
+            return []
+        query = (
+            select(*self._columns())
+            .where(claimable, group.in_(names))
+            .order_by(group, self._c(self.spec.id))
+        )
+        if max_rows is not None:
+            query = query.limit(max_rows)
+        return conn.execute(query).all()
+
+    def _pick_locking(
+        self,
+        conn: Connection,
+        claimable: ColumnElement[bool],
+        groups: int,
+        max_rows: int | None,
+        after: str | None,
+    ) -> Sequence[Any]:
+        """MySQL/MariaDB and PostgreSQL: a window of claimable rows nobody else has locked, in
+        group order, locked as it is read (FOR UPDATE SKIP LOCKED; FOR UPDATE allows no
+        DISTINCT). Its first `groups` groups are taken; a full window may have cut its last
+        group short, so that one is left for the next claim, unless it is the only one: then
+        the rest of its rows are read too."""
+        group, key = self._c(self.spec.group), self._c(self.spec.id)
+        limit = groups * 64
+        window = (
+            select(*self._columns())
+            .where(claimable)
+            .order_by(group, key)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+        rows: Sequence[Any] = []
+        for candidate in self._windows(window, after):
+            rows = conn.execute(candidate).all()
+            if rows:
+                break
+        else:
+            return []
+        names = list(dict.fromkeys(r[1] for r in rows))
+        if len(rows) == limit and len(names) > 1:
+            names = names[:-1]
+        elif len(rows) == limit:
+            rows = conn.execute(
+                select(*self._columns())
+                .where(claimable, group == literal(names[0]))
+                .order_by(key)
+                .with_for_update(skip_locked=True)
+            ).all()
+        taken = set(names[:groups])
+        picked = [r for r in rows if r[1] in taken]
+        return picked if max_rows is None else picked[:max_rows]
+
+    # -- leases -----------------------------------------------------------------------------
+    def renew(self, worker: str, lease_seconds: float) -> int:
+        """Extend every live lease `worker` holds (its heartbeat): only a dead worker loses
+        them."""
+        s = self.spec
+        assert s.holder and s.until
+        now = utcnow()
+        statement = (
+            update(self.table)
+            .where(self._c(s.holder) == literal(worker), self._c(s.until) >= literal(now))
+            .values({s.until: now + timedelta(seconds=lease_seconds)})
+        )
+        return self.db.transaction(lambda conn: int(conn.execute(statement).rowcount or 0))
+
+    def release(self, worker: str, ids: Sequence[Hashable]) -> None:
+        """Give claimed rows back untouched (a stop before they were processed)."""
+        s = self.spec
+        if not ids or not s.leased:
+            return
+        assert s.holder and s.until
+        statement = (
+            update(self.table)
+            .where(in_values(self._c(s.id), list(ids)), self._c(s.holder) == literal(worker))
+            .values({s.holder: None, s.until: None})
+        )
+        self.db.transaction(lambda conn: conn.execute(statement))
+
+    def release_held(self, conn: Connection, worker: str) -> None:
+        """Every lease `worker` holds goes back (inside the caller's transaction)."""
+        s = self.spec
+        if s.holder and s.until:
+            conn.execute(
+                update(self.table)
+                .where(self._c(s.holder) == literal(worker))
+                .values({s.holder: None, s.until: None})
+            )
+
+    def next_lease_expiry(self, exclude: Collection[str] | None = None) -> datetime | None:
+        """When the earliest lease held on unfinished work runs out, if any. A worker that
+        finds nothing to claim waits for it, so a dead worker's rows are done."""
+        s = self.spec
+        if not s.until:
+            return None
+        until = self._c(s.until)
+        condition = and_(self._wanted(), until >= literal(utcnow()))
+        if exclude:
+            condition = and_(condition, self._c(s.group).not_in(_snapshot(exclude)))
+        with self.db.reading() as conn:
+            value = conn.execute(select(func.min(until)).where(condition)).scalar()
+        return value if isinstance(value, datetime) else None
+
+    def release_stale(self, live: ColumnElement[Any] | None) -> int:
+        """Free the leases of holders not in `live` (a subquery of live worker ids), or every
+        lease when `live` is None (SQLite: one writer, and this is it)."""
+        s = self.spec
+        if not (s.holder and s.until):
+            return 0
+        holder = self._c(s.holder)
+        condition: ColumnElement[bool] = holder.is_not(None)
+        if live is not None:
+            condition = and_(condition, holder.not_in(live))
+        statement = update(self.table).where(condition).values({s.holder: None, s.until: None})
+        return self.db.transaction(lambda conn: int(conn.execute(statement).rowcount or 0))
+
+    # -- finishing --------------------------------------------------------------------------
+    def complete(
+        self,
+        worker: str | None,
+        units: Sequence[Sequence[Outcome]],
+        write: Callable[[Connection, list[int]], None] | None = None,
+        ids: Sequence[Sequence[Hashable]] | None = None,
+    ) -> list[bool]:
+        """Finish a batch of units in one transaction: for each unit whose every row this
+        worker still leases (`ids`, default its outcomes' rows), `write(conn, kept)` writes
+        the registry's own rows for the kept units' indexes, and their outcomes are recorded.
+        Returns, per unit, whether it was kept (False: the lease went to another worker,
+        which writes it). Re-done whole after a deadlock (`Database.transaction`)."""
+        keys = ids if ids is not None else [[o.event.id for o in unit] for unit in units]
+
+        def work(conn: Connection) -> list[bool]:
+            if self.spec.leased and worker is not None:
+                held = self.held(conn, worker, [k for unit in keys for k in unit])
+                kept = [all(k in held for k in unit) for unit in keys]
+            else:
+                kept = [True] * len(units)
+            indexes = [n for n, ok in enumerate(kept) if ok]
+            if write is not None:
+                write(conn, indexes)
+            self.finish(conn, [o for n in indexes for o in units[n]])
+            return kept
+
+        return self.db.transaction(work)
+
+    def held(self, conn: Connection, worker: str, ids: Sequence[Hashable]) -> set[Hashable]:
+        """Which of `ids` `worker` still leases (locked on a server until the commit)."""
+        s = self.spec
+        assert s.holder and s.until
+        if not ids:
+            return set()
+        query = select(self._c(s.id)).where(
+            in_values(self._c(s.id), list(ids)),
+            self._c(s.holder) == literal(worker),
+            self._c(s.until) >= literal(utcnow()),
+        )
+        if not self.db.is_sqlite:
+            query = query.with_for_update()
+        return set(conn.execute(query).scalars().all())
+
+    def finish(self, conn: Connection, outcomes: Sequence[Outcome]) -> None:
+        """Record outcomes (inside the caller's transaction): the state, the reason, the
+        outcome's own values; the lease is cleared; a requeue clears itself once the row is
+        done, and stays asked while the row fails.
+
+        Outcomes with the same values (nearly all: collected, yanked or not) are one UPDATE
+        … WHERE id IN (…): pymysql's executemany sends an UPDATE row by row, one round trip
+        each, and on every backend a few statements beat thousands of rows' worth."""
+        s = self.spec
+        now = utcnow()
+        failing = self.codes.failing
+        same: dict[tuple[Any, ...], list[Hashable]] = defaultdict(list)
+        for o in outcomes:
+            requeue = o.event.requeue and o.state in failing
+            same[(o.state, o.error, requeue, o.values)].append(o.event.id)
+        for (state, error, requeue, extra), same_ids in same.items():
+            values: dict[str, Any] = {s.state: state, s.reason: error, s.updated: now}
+            if s.requeue:
+                values[s.requeue] = requeue
+            if s.holder and s.until:
+                values[s.holder] = None
+                values[s.until] = None
+            values.update(extra)
+            for start in range(0, len(same_ids), IN_CHUNK):
+                conn.execute(
+                    update(self.table)
+                    .where(in_values(self._c(s.id), same_ids[start : start + IN_CHUNK]))
+                    .values(values)
+                )
+
+    # -- reading ----------------------------------------------------------------------------
+    def pending_count(self) -> int:
+        """Rows claimable now or later (held ones included)."""
+        with self.db.reading() as conn:
+            return int(conn.execute(select(func.count()).where(self._wanted())).scalar_one())
+
+    def by_state(self, conn: Connection) -> list[tuple[int, int]]:
+        """(state, rows) for every state present."""
+        state = self._c(self.spec.state)
+        rows = conn.execute(select(state, func.count()).group_by(state)).all()
+        return sorted((int(k), int(n)) for k, n in rows)
+
+    def on_ladder(self, conn: Connection, limit: int) -> list[tuple[str, int, str | None]]:
+        """(name, state, reason) of rows that failed or were given up, by name."""
+        s = self.spec
+        name = self._c(s.name or s.group)
+        state, reason = self._c(s.state), self._c(s.reason)
+        rows = conn.execute(
+            select(name, state, reason)
+            .where(state >= self.codes.first_failure)
+            .group_by(name, state, reason)
+            .order_by(name)
+            .limit(limit)
+        ).all()
+        return [(str(n), int(p), e) for n, p, e in rows]
+
+    def count(self, conn: Connection, state: int | None = None, requeue: bool = False) -> int:
+        """Rows in `state`, or asking a requeue."""
+        s = self.spec
+        condition: ColumnElement[bool]
+        if requeue:
+            if not s.requeue:
+                return 0
+            condition = self._c(s.requeue).is_(True)
+        else:
+            condition = self._c(s.state) == state
+        return int(conn.execute(select(func.count()).where(condition)).scalar_one())
+
+    def leases(self, conn: Connection) -> dict[str, int]:
+        """Live leases per holder."""
+        s = self.spec
+        if not (s.holder and s.until):
+            return {}
+        holder = self._c(s.holder)
+        rows = conn.execute(
+            select(holder, func.count())
+            .where(self._c(s.until) >= literal(utcnow()))
+            .group_by(holder)
+        ).all()
+        return {str(k): int(v) for k, v in rows}
+
+
+def _snapshot(groups: Collection[str] | None) -> list[str]:
+    """The groups now, sorted: a `ThisRun` may grow in another thread meanwhile."""
+    if not groups:
+        return []
+    if isinstance(groups, ThisRun):
+        return groups.snapshot()
+    return sorted(groups)

@@ -1,0 +1,74 @@
+"""What a registry declares about its queue table: which column plays which part."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Table
+
+from stagecrawl.queue.ladder import LadderCodes
+
+
+def utcnow() -> datetime:
+    """Now in UTC, naive and to the second: how every queue table stores times."""
+    return datetime.now(UTC).replace(tzinfo=None, microsecond=0)
+
+
+@dataclass(frozen=True)
+class QueueTable:
+    """A queue table and the names of its columns.
+
+    - `id`: the row's key; `group`: rows claimed together (all the claimable rows of a group
+      go to one worker, e.g. a crate's versions: one index and one API request whoever takes
+      it); for a one-row unit, the id column again;
+    - `state`: the ladder (`codes`); `reason`: why the last attempt failed; `updated`: when the
+      row last changed;
+    - `holder`, `until`: the lease (worker id, UTC expiry), or None for a queue without leases
+      (its claims are reads; two processes may both take a row, so its work must be idempotent);
+    - `requeue`: a boolean that makes a finished row claimable again and clears itself when
+      it is done (LIST's RESYNC), or None;
+    - `name`, `version`: extra columns handed out with each claimed row, or None."""
+
+    table: Table
+    id: str
+    group: str
+    state: str
+    reason: str
+    updated: str
+    codes: LadderCodes
+    holder: str | None = None
+    until: str | None = None
+    requeue: str | None = None
+    name: str | None = None
+    version: str | None = None
+
+    @property
+    def leased(self) -> bool:
+        return self.holder is not None and self.until is not None
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """One claimed row: its key, group, state on the ladder, whether a requeue was asked, and
+    the declared name/version columns (None when the table declares none)."""
+
+    id: Hashable
+    group: str
+    state: int
+    requeue: bool
+    name: str
+    version: str
+
+
+@dataclass
+class Outcome:
+    """What became of one claimed row: its new state, the reason (a failure), and other
+    columns of the row to set with it (e.g. LIST's YANKED)."""
+
+    event: Claimed
+    state: int
+    error: str | None = None
+    values: tuple[tuple[str, Any], ...] = ()
