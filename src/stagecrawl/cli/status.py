@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import sqlite3
-from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
 from rich.table import Table
-from sqlalchemy import func, select
 
 from stagecrawl.cli.common import (
     Db,
@@ -22,76 +20,51 @@ from stagecrawl.cli.common import (
     run,
     settings_from,
 )
-from stagecrawl.crates.queue import STATE_NAMES, utcnow
+from stagecrawl.crates import tables as crates_tables
+from stagecrawl.crates.queue import PENDING, STATE_NAMES, event_list, seed_queue
 from stagecrawl.engine.frontier import STATE_NAMES as FRONTIER_STATES
 from stagecrawl.engine.progress import summary_table
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.errors import StorageError
+from stagecrawl.queue import Workers
 from stagecrawl.secrets import redact_data
 from stagecrawl.storage.db import Database
 
 
 def crates_status(db: Database) -> dict[str, Any]:
-    table, seed = db.list, db.seed
+    """Asks the owners: the LIST and seed queues for their ladders, the table owners for
+    totals, the worker table for who is working."""
+    events, seeds = event_list(db), seed_queue(db)
     with db.reading() as conn:
-        by_state = conn.execute(
-            select(table.c.PROCESSED, func.count()).group_by(table.c.PROCESSED)
-        ).all()
-        by_source = conn.execute(
-            select(table.c.SOURCE, func.count()).group_by(table.c.SOURCE)
-        ).all()
-        resync = conn.execute(select(func.count()).where(table.c.RESYNC.is_(True))).scalar_one()
-        reasons = conn.execute(
-            select(table.c.NAME, table.c.PROCESSED, table.c.LAST_ERROR)
-            .where(table.c.PROCESSED >= 30)
-            .group_by(table.c.NAME, table.c.PROCESSED, table.c.LAST_ERROR)
-            .order_by(table.c.NAME)
-            .limit(20)
-        ).all()
-        seeds = conn.execute(
-            select(seed.c.NAME, seed.c.STATE, seed.c.LAST_ERROR)
-            .where(seed.c.STATE >= 30)
-            .order_by(seed.c.NAME)
-            .limit(50)
-        ).all()
-        pending_seeds = conn.execute(select(func.count()).where(seed.c.STATE == 0)).scalar_one()
-        versions = conn.execute(select(func.count()).select_from(db.version)).scalar_one()
-        products = conn.execute(select(func.count()).select_from(db.product)).scalar_one()
+        by_state = events.queue.by_state(conn)
+        by_source = events.sources(conn)
+        resync = events.queue.count(conn, requeue=True)
+        reasons = events.queue.on_ladder(conn, 20)
+        seed_ladder = seeds.on_ladder(conn, 50)
+        pending_seeds = seeds.count(conn, PENDING)
+        versions = crates_tables.versions(db).count(conn)
+        products = crates_tables.products(db).count(conn)
     return {
         "database": db.safe_url,
         "list": [
-            {"processed": int(p), "meaning": STATE_NAMES.get(int(p), "?"), "events": int(n)}
-            for p, n in sorted(by_state)
+            {"processed": p, "meaning": STATE_NAMES.get(p, "?"), "events": n} for p, n in by_state
         ],
-        "sources": {str(s): int(n) for s, n in sorted(by_source)},
-        "resync_asked": int(resync),
-        "ladder": [{"crate": n, "processed": int(p), "reason": e} for n, p, e in reasons],
-        "seed_ladder": [{"crate": n, "state": int(p), "reason": e} for n, p, e in seeds],
-        "seeds_pending": int(pending_seeds),
-        "versions": int(versions),
-        "products": int(products),
+        "sources": by_source,
+        "resync_asked": resync,
+        "ladder": [{"crate": n, "processed": p, "reason": e} for n, p, e in reasons],
+        "seed_ladder": [{"crate": n, "state": p, "reason": e} for n, p, e in seed_ladder],
+        "seeds_pending": pending_seeds,
+        "versions": versions,
+        "products": products,
         "workers": live_workers(db),
     }
 
 
 def live_workers(db: Database) -> list[dict[str, Any]]:
     """Workers whose heartbeat is within the last minute, their leases and rates."""
-    now = utcnow()
-    worker, events = db.worker, db.list
     with db.reading() as conn:
-        rows = conn.execute(
-            select(worker)
-            .where(worker.c.HEARTBEAT >= now - timedelta(minutes=1))
-            .order_by(worker.c.STARTED)
-        ).all()
-        leases: dict[str, int] = {
-            str(k): int(v)
-            for k, v in conn.execute(
-                select(events.c.CLAIMED_BY, func.count())
-                .where(events.c.CLAIMED_UNTIL >= now)
-                .group_by(events.c.CLAIMED_BY)
-            ).all()
-        }
+        rows = Workers(db).live(conn)
+        leases = event_list(db).queue.leases(conn)
     result = []
     for row in rows:
         seconds = max(1.0, (row.HEARTBEAT - row.STARTED).total_seconds())

@@ -20,7 +20,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +29,12 @@ from sqlalchemy.engine import Connection
 from stagecrawl.crates.api import parse_time
 from stagecrawl.crates.licenses import LicenseMatcher
 from stagecrawl.crates.queue import utcnow
-from stagecrawl.crates.semver import sort_key
-from stagecrawl.crates.worker import CRATES_IO_PAGE, LANGUAGE, REPOSITORY
+from stagecrawl.crates.rows import CRATES_IO_PAGE
+from stagecrawl.crates.semver import SEMVER
+from stagecrawl.crates.tables import LANGUAGE, REPOSITORY, products, versions
 from stagecrawl.errors import InputError
-from stagecrawl.storage.bulk import BulkUpsert
 from stagecrawl.storage.db import Database, dumps
+from stagecrawl.storage.owners import LatestVersion, VersionOrder
 
 log = logging.getLogger("stagecrawl.dbdump")
 DEFAULT_DUMP_URL = "https://static.crates.io/db-dump.tar.gz"
@@ -139,7 +140,7 @@ class CrateInfo:
     keywords: list[str] = field(default_factory=list)
     categories: list[str] = field(default_factory=list)
     versions: int = 0
-    best: dict[int, str] = field(default_factory=dict)  # rank -> best version in that rank
+    latest: LatestVersion | None = None  # the latest-version rule, fed as versions stream
     _scm: Any = None  # the SCM JSON once made (every version row of the crate carries it)
 
     @property
@@ -336,12 +337,6 @@ def _pg_array(value: str) -> list[str]:
     return [item.strip('"') for item in next(csv.reader([value[1:-1]]))]
 
 
-def _rank(version: str, yanked: bool) -> int:
-    if yanked:
-        return 2
-    return 1 if "-" in version.split("+", 1)[0] else 0
-
-
 # VERSION's columns in the order the loader builds its rows (BulkUpsert takes tuples).
 VERSION_ROW = (
     "LANGUAGE",
@@ -407,10 +402,13 @@ def _write_versions(
     progress: Callable[[str, int], None] | None,
 ) -> int:
     matcher = LicenseMatcher.load(db)
-    writer = BulkUpsert(db.version, VERSION_ROW)
+    writer = versions(db).bulk(VERSION_ROW)
     # Version numbers repeat across crates (0.1.0, 1.0.0…): their sort keys are kept in a
     # bounded cache by text, not per crate, so memory does not grow with the registry.
-    version_key = lru_cache(maxsize=VERSION_KEYS)(sort_key)
+    order = VersionOrder(
+        lru_cache(maxsize=VERSION_KEYS)(SEMVER.key),
+        lru_cache(maxsize=VERSION_KEYS)(SEMVER.is_prerelease),
+    )
     now = utcnow()
     loaded = uncommitted = 0
     ids: list[str] = []
@@ -448,10 +446,9 @@ def _write_versions(
                 continue
             num, yanked = record[i_num], _bool(_field(record, i_yanked))
             crate.versions += 1
-            rank = _rank(num, yanked)
-            best = crate.best.get(rank)
-            if best is None or version_key(num) > version_key(best):
-                crate.best[rank] = num
+            if crate.latest is None:
+                crate.latest = LatestVersion(order)
+            crate.latest.add(num, yanked)  # the owner's one latest-version rule
             license_text = _text(_field(record, i_license))
             standard = matcher.standardise(license_text)
             features_text = _field(record, i_features) or "{}"
@@ -509,10 +506,10 @@ def _write_versions(
 
 def _load_products(db: Database, crates: dict[str, CrateInfo]) -> int:
     now = utcnow()
-    writer = BulkUpsert(db.product, PRODUCT_ROW)
+    writer = products(db).bulk(PRODUCT_ROW)
     rows: list[tuple[Any, ...]] = []
     for crate in crates.values():
-        latest = next((crate.best[r] for r in (0, 1, 2) if r in crate.best), None)
+        latest = crate.latest or LatestVersion(SEMVER)
         rows.append(
             (
                 LANGUAGE,
@@ -520,8 +517,8 @@ def _load_products(db: Database, crates: dict[str, CrateInfo]) -> int:
                 crate.name.lower(),
                 crate.name,
                 crate.description,
-                latest,
-                "ACTIVE" if 0 in crate.best or 1 in crate.best else "YANKED",
+                latest.latest,
+                latest.status,
                 CRATES_IO_PAGE + crate.name,
                 crate.scm,
                 dumps(sorted(set(crate.keywords))),
@@ -532,6 +529,5 @@ def _load_products(db: Database, crates: dict[str, CrateInfo]) -> int:
             )
         )
     for start in range(0, len(rows), BATCH):
-        with db.engine.begin() as conn:
-            writer.execute(conn, rows[start : start + BATCH])
+        db.transaction(partial(writer.execute, rows=rows[start : start + BATCH]))
     return len(rows)

@@ -14,14 +14,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import Connection, select
 
 from stagecrawl.crates.client import IndexEntry, explain, index_entry
 from stagecrawl.crates.index import IndexFormatError
 from stagecrawl.crates.names import index_path, product_key
 from stagecrawl.crates.queue import NewEvent, register, utcnow
-from stagecrawl.crates.rows import LANGUAGE, REPOSITORY, index_state_row
-from stagecrawl.crates.semver import latest_version
+from stagecrawl.crates.rows import index_state_row
+from stagecrawl.crates.tables import products, versions
 from stagecrawl.engine.fetcher import Fetcher, Validators
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.engine.work import LoopSettings, MemoryQueue, WorkLoop
@@ -66,7 +66,7 @@ def known_crates(db: Database, names: list[str] | None) -> list[dict[str, Any]]:
     query = select(state)
     if names:
         query = query.where(state.c.PRODUCT_KEY.in_([n.lower() for n in names]))
-    with db.engine.connect() as conn:
+    with db.reading() as conn:
         return [dict(r._mapping) for r in conn.execute(query.order_by(state.c.PRODUCT_KEY))]
 
 
@@ -137,47 +137,13 @@ def _apply_change(db: Database, entry: IndexEntry, report: RefreshReport) -> Non
     report.new_events += counts.new
     report.changed.append(entry.real_name)
     now = utcnow()
-    version = db.version
     yanked = {v.vers: v.yanked for v in entry.versions}
-    with db.engine.begin() as conn:
-        stored = conn.execute(
-            select(version.c.VERSION, version.c.YANKED).where(
-                version.c.LANGUAGE == LANGUAGE,
-                version.c.REPOSITORY == REPOSITORY,
-                version.c.PRODUCT_KEY == key,
-            )
-        ).all()
-        flips = [
-            {"k_version": v, "YANKED": yanked[v], "LAST_UPDATED": now}
-            for v, was in stored
-            if v in yanked and bool(was) != yanked[v]
-        ]
-        if flips:
-            conn.execute(
-                update(version)
-                .where(
-                    version.c.LANGUAGE == LANGUAGE,
-                    version.c.REPOSITORY == REPOSITORY,
-                    version.c.PRODUCT_KEY == key,
-                    version.c.VERSION == bindparam("k_version"),
-                )
-                .values(YANKED=bindparam("YANKED"), LAST_UPDATED=bindparam("LAST_UPDATED")),
-                flips,
-            )
-            report.yanked_changes += len(flips)
-        pairs = [(v.vers, v.yanked) for v in entry.versions]
-        conn.execute(
-            update(db.product)
-            .where(
-                db.product.c.LANGUAGE == LANGUAGE,
-                db.product.c.REPOSITORY == REPOSITORY,
-                db.product.c.PRODUCT_KEY == key,
-            )
-            .values(
-                LATEST_VERSION=latest_version(pairs),
-                COMP_STATUS="ACTIVE" if any(not y for _, y in pairs) else "YANKED",
-                VERSION_COUNT=len(pairs),
-                LAST_UPDATED=now,
-            )
-        )
+    pairs = [(v.vers, v.yanked) for v in entry.versions]
+
+    def work(conn: Connection) -> int:
+        flipped = versions(db).flip_yanked(conn, key, yanked, now)
+        products(db).set_versions(conn, key, pairs, now)
         upsert(conn, db.index_state, [index_state_row(entry, now)])
+        return flipped
+
+    report.yanked_changes += db.transaction(work)

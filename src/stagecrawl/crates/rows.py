@@ -11,10 +11,11 @@ from stagecrawl.crates.index import IndexVersion
 from stagecrawl.crates.licenses import LicenseMatcher
 from stagecrawl.crates.names import product_key
 from stagecrawl.crates.queue import COLLECTED
-from stagecrawl.crates.semver import latest_version
+from stagecrawl.crates.semver import SEMVER
+from stagecrawl.crates.tables import LANGUAGE, REPOSITORY
 from stagecrawl.storage.db import dumps
+from stagecrawl.storage.owners import latest_version
 
-LANGUAGE, REPOSITORY = "rust", "Cargo"
 CRATES_IO_PAGE = "https://crates.io/crates/"
 
 
@@ -59,14 +60,15 @@ def version_row(
 
 def product_row(entry: IndexEntry, api: ApiCrate | None, now: Any) -> dict[str, Any]:
     pairs = [(v.vers, v.yanked) for v in entry.versions]
+    latest = latest_version(pairs, SEMVER)  # the owner's one rule
     return {
         "LANGUAGE": LANGUAGE,
         "REPOSITORY": REPOSITORY,
         "PRODUCT_KEY": product_key(entry.real_name),
         "NAME": entry.real_name,
         "DESCRIPTION": api.description if api else None,
-        "LATEST_VERSION": latest_version(pairs),
-        "COMP_STATUS": "ACTIVE" if any(not y for _, y in pairs) else "YANKED",
+        "LATEST_VERSION": latest.latest,
+        "COMP_STATUS": latest.status,
         "URL": CRATES_IO_PAGE + entry.real_name,
         "SCM": _scm(api),
         "KEYWORDS": dumps(api.keywords) if api else None,

@@ -11,6 +11,9 @@ import re
 from dataclasses import dataclass
 from functools import total_ordering
 
+from stagecrawl.storage.owners import VersionOrder
+from stagecrawl.storage.owners import latest_version as latest_of
+
 _SEMVER = re.compile(
     r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
     r"(?:-([0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?"
@@ -71,20 +74,12 @@ def sort_key(text: str) -> tuple[int, object, str]:
 
 
 def latest_version(versions: list[tuple[str, bool]]) -> str | None:
-    """Highest non-yanked stable version, else non-yanked pre-release, else any version.
+    """Highest non-yanked stable version, else non-yanked pre-release, else any version:
+    the table owner's one rule (stagecrawl.storage.owners) in cargo's order.
 
     `versions` is (version, yanked) pairs.
     """
-
-    def best(candidates: list[str]) -> str | None:
-        return max(candidates, key=sort_key) if candidates else None
-
-    parsed = [(v, y, _is_pre(v)) for v, y in versions]
-    return (
-        best([v for v, y, pre in parsed if not y and not pre])
-        or best([v for v, y, pre in parsed if not y])
-        or best([v for v, _, _ in parsed])
-    )
+    return latest_of(versions, SEMVER).latest
 
 
 def _is_pre(text: str) -> bool:
@@ -92,3 +87,7 @@ def _is_pre(text: str) -> bool:
         return Version.parse(text).is_prerelease
     except ValueError:
         return False
+
+
+# Cargo's order, as the VERSION/PRODUCT owners take it.
+SEMVER = VersionOrder(sort_key, _is_pre)

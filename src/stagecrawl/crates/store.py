@@ -12,13 +12,12 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, literal, select
+from sqlalchemy import Connection
 
 from stagecrawl.crates.queue import Outcome, event_list
+from stagecrawl.crates.tables import products, versions
 from stagecrawl.storage.bulk import upsert
 from stagecrawl.storage.db import Database
-
-LANGUAGE, REPOSITORY = "rust", "Cargo"
 
 
 @dataclass
@@ -49,31 +48,17 @@ def write_crates(db: Database, worker: str, batch: Sequence[CrateWrite]) -> list
 
 def write_rows(conn: Connection, db: Database, writes: Sequence[CrateWrite]) -> None:
     """The VERSION, PRODUCT and index-state rows of crates whose leases are held."""
-    versions = [row for crate in writes for row in crate.versions]
-    products = [crate.product for crate in writes if crate.product is not None]
+    version_rows = [row for crate in writes for row in crate.versions]
+    product_rows = [crate.product for crate in writes if crate.product is not None]
     states = [crate.index_state for crate in writes if crate.index_state is not None]
-    if versions:
-        upsert(conn, db.version, versions)
-    if products:
-        upsert(conn, db.product, products)
+    if version_rows:
+        versions(db).upsert(conn, version_rows)
+    if product_rows:
+        products(db).upsert(conn, product_rows)
     if states:
         upsert(conn, db.index_state, states)
 
 
 def existing_versions(db: Database, product_keys: Sequence[str]) -> dict[str, set[str]]:
     """The versions already in VERSION for each crate (a read: no write lock)."""
-    table = db.version
-    found: dict[str, set[str]] = {key: set() for key in product_keys}
-    if not product_keys:
-        return found
-    with db.reading() as conn:
-        rows = conn.execute(
-            select(table.c.PRODUCT_KEY, table.c.VERSION).where(
-                table.c.LANGUAGE == literal(LANGUAGE),
-                table.c.REPOSITORY == literal(REPOSITORY),
-                table.c.PRODUCT_KEY.in_(list(product_keys)),
-            )
-        )
-        for key, version in rows:
-            found.setdefault(str(key).lower(), set()).add(version)
-    return found
+    return versions(db).existing(product_keys)

@@ -36,15 +36,9 @@ from stagecrawl.crates.queue import (
     outcome,
     utcnow,
 )
-from stagecrawl.crates.rows import (
-    CRATES_IO_PAGE,
-    LANGUAGE,
-    REPOSITORY,
-    index_state_row,
-    product_row,
-    version_row,
-)
+from stagecrawl.crates.rows import CRATES_IO_PAGE, index_state_row, product_row, version_row
 from stagecrawl.crates.store import CrateWrite, existing_versions, write_rows
+from stagecrawl.crates.tables import LANGUAGE, REPOSITORY
 from stagecrawl.engine.filelock import exclusive
 from stagecrawl.engine.progress import ProgressReporter
 from stagecrawl.engine.shutdown import GracefulStop

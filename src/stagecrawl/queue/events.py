@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Table, bindparam, or_, select, update
+from sqlalchemy import Connection, Table, bindparam, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from stagecrawl.queue.ladder import LadderCodes
@@ -131,6 +131,12 @@ class EventList:
         self.identity = identity
         self.event_key = event_key
         self.queue = SqlQueue(db, list_spec(table))
+
+    def sources(self, conn: Connection) -> dict[str, int]:
+        """Events per SOURCE (seed, lock, lock,seed)."""
+        source = self.table.c.SOURCE
+        rows = conn.execute(select(source, func.count()).group_by(source)).all()
+        return {str(s): int(n) for s, n in sorted(rows)}
 
     def register(self, events: Iterable[NewEvent], resync: bool = False) -> RegisterCounts:
         """Idempotent upsert of events: merges SOURCE and REF_TAGS, refreshes YANKED, and never

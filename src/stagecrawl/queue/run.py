@@ -141,7 +141,8 @@ class QueueRun(Generic[R]):
     # -- the work-loop contract -------------------------------------------------------------
     async def claim(self, limit: int) -> list[Unit]:
         if not self.leased:
-            units = await asyncio.to_thread(self._peek, limit)
+            # The set to keep out is made here, on the loop's thread, where it changes.
+            units = await asyncio.to_thread(self._peek, limit, self._kept_out())
             self._held.update(unit[0].group for unit in units)
             return units
         if len(self._ready) < limit:
@@ -153,8 +154,11 @@ class QueueRun(Generic[R]):
             taken.append(self._ready.popleft())
         return taken
 
-    def _peek(self, limit: int) -> list[Unit]:
-        rows = self.queue.peek(limit, {*self._held, *self.this_run})
+    def _kept_out(self) -> set[str]:
+        return {*self._held, *self.this_run}
+
+    def _peek(self, limit: int, kept_out: set[str]) -> list[Unit]:
+        rows = self.queue.peek(limit, kept_out)
         units = _groups(rows)
         if units:
             self.handler.claimed(units)
@@ -184,6 +188,10 @@ class QueueRun(Generic[R]):
 
     async def complete(self, results: Sequence[R]) -> None:
         kept = await asyncio.to_thread(self._complete, results)
+        for result in results:
+            outcomes = self.handler.outcomes(result)
+            if outcomes:
+                self._held.discard(outcomes[0].event.group)
         self.lost_leases += kept.count(False)
         self.handler.finished(results, kept)
 
@@ -195,11 +203,7 @@ class QueueRun(Generic[R]):
         def write(conn: Connection, indexes: list[int]) -> None:
             handler.write(conn, [results[n] for n in indexes])
 
-        kept = self.queue.complete(self.worker if self.leased else None, units, write)
-        for outcomes in units:
-            if outcomes:
-                self._held.discard(outcomes[0].event.group)
-        return kept
+        return self.queue.complete(self.worker if self.leased else None, units, write)
 
     async def release(self, units: Sequence[Unit]) -> None:
         # A group given back (a stop, a crash) is not claimed again in this run: a crash must
@@ -212,7 +216,7 @@ class QueueRun(Generic[R]):
 
     async def is_empty(self) -> bool:
         if not self.leased:
-            return not await asyncio.to_thread(self.queue.peek, 1, {*self._held, *self.this_run})
+            return not await asyncio.to_thread(self.queue.peek, 1, self._kept_out())
         return await asyncio.to_thread(self.queue.pending_count) == 0
 
     async def is_finished(self) -> bool:

@@ -1,0 +1,198 @@
+"""The owners of VERSION and PRODUCT (`TB_COMP_LIB_VERSION_<X>`, `TB_COMP_LIB_PRODUCT_<X>`):
+every read and write of those tables goes through here (sqlite-utils' lesson: the table
+object owns its SQL), and so does the one latest-version rule.
+
+Generic: a registry gives its tables, its LANGUAGE/REPOSITORY key and its version order
+(SemVer for crates, PEP 440 for PyPI).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Table, and_, bindparam, func, literal, select, update
+from sqlalchemy.sql.elements import ColumnElement
+
+from stagecrawl.storage.bulk import BulkUpsert, upsert
+from stagecrawl.storage.db import Database, RegistryTables
+
+ACTIVE, YANKED = "ACTIVE", "YANKED"
+
+
+@dataclass(frozen=True)
+class VersionOrder:
+    """A registry's version order: a sort key for any version text (an invalid one too) and
+    whether a version is a pre-release."""
+
+    key: Callable[[str], Any]
+    is_prerelease: Callable[[str], bool]
+
+
+class LatestVersion:
+    """The one latest-version rule, fed one version at a time (a dump streams millions):
+    the highest non-yanked final release, else the highest non-yanked pre-release, else the
+    highest version of all (every one yanked). COMP_STATUS is ACTIVE while any version is not
+    yanked."""
+
+    __slots__ = ("_best", "_order")
+
+    def __init__(self, order: VersionOrder) -> None:
+        self._order = order
+        self._best: list[str | None] = [None, None, None]  # final, pre-release, yanked
+
+    def add(self, version: str, yanked: bool) -> None:
+        order = self._order
+        rank = 2 if yanked else 1 if order.is_prerelease(version) else 0
+        best = self._best[rank]
+        if best is None or order.key(version) > order.key(best):
+            self._best[rank] = version
+
+    @property
+    def latest(self) -> str | None:
+        """The latest version, or None for none (for yanked, see the rule above)."""
+        return next((v for v in self._best if v is not None), None)
+
+    @property
+    def status(self) -> str:
+        return ACTIVE if self._best[0] is not None or self._best[1] is not None else YANKED
+
+
+def latest_version(versions: Iterable[tuple[str, bool]], order: VersionOrder) -> LatestVersion:
+    """The rule over (version, yanked) pairs."""
+    latest = LatestVersion(order)
+    for version, yanked in versions:
+        latest.add(version, yanked)
+    return latest
+
+
+class _Owner:
+    def __init__(self, db: Database, language: str, repository: str) -> None:
+        self.db = db
+        self.language = language
+        self.repository = repository
+
+    def _mine(self, table: Table) -> ColumnElement[bool]:
+        """This registry's rows (LANGUAGE, REPOSITORY)."""
+        return and_(
+            table.c.LANGUAGE == literal(self.language),
+            table.c.REPOSITORY == literal(self.repository),
+        )
+
+
+class VersionTable(_Owner):
+    """TB_COMP_LIB_VERSION_<X>: one row per (package, version)."""
+
+    def __init__(self, db: Database, tables: RegistryTables, language: str, repository: str):
+        super().__init__(db, language, repository)
+        self.table = tables.version
+
+    def upsert(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Insert or update whole rows (dicts with the same keys), in the caller's
+        transaction."""
+        upsert(conn, self.table, rows)
+
+    def bulk(self, columns: Sequence[str]) -> BulkUpsert:
+        """An upsert of tuple rows in `columns` order (the bulk loaders' path)."""
+        return BulkUpsert(self.table, columns)
+
+    def existing(self, product_keys: Sequence[str]) -> dict[str, set[str]]:
+        """The versions already stored for each package (a read: no write lock)."""
+        table = self.table
+        found: dict[str, set[str]] = {key: set() for key in product_keys}
+        if not product_keys:
+            return found
+        with self.db.reading() as conn:
+            rows = conn.execute(
+                select(table.c.PRODUCT_KEY, table.c.VERSION).where(
+                    self._mine(table), table.c.PRODUCT_KEY.in_(list(product_keys))
+                )
+            )
+            for key, version in rows:
+                found.setdefault(str(key).lower(), set()).add(version)
+        return found
+
+    def flip_yanked(
+        self, conn: Connection, product_key: str, yanked: Mapping[str, bool], now: datetime
+    ) -> int:
+        """Set YANKED where the registry now says otherwise (a yank, or its reversal) for the
+        stored versions of one package; returns how many rows changed."""
+        table = self.table
+        stored = conn.execute(
+            select(table.c.VERSION, table.c.YANKED).where(
+                self._mine(table), table.c.PRODUCT_KEY == literal(product_key)
+            )
+        ).all()
+        flips = [
+            {"k_version": v, "YANKED": yanked[v], "LAST_UPDATED": now}
+            for v, was in stored
+            if v in yanked and bool(was) != yanked[v]
+        ]
+        if flips:
+            conn.execute(
+                update(table)
+                .where(
+                    self._mine(table),
+                    table.c.PRODUCT_KEY == literal(product_key),
+                    table.c.VERSION == bindparam("k_version"),
+                )
+                .values(YANKED=bindparam("YANKED"), LAST_UPDATED=bindparam("LAST_UPDATED")),
+                flips,
+            )
+        return len(flips)
+
+    def count(self, conn: Connection) -> int:
+        return int(conn.execute(select(func.count()).select_from(self.table)).scalar_one())
+
+
+class ProductTable(_Owner):
+    """TB_COMP_LIB_PRODUCT_<X>: one row per package, its LATEST_VERSION and COMP_STATUS by
+    the one rule (`LatestVersion`)."""
+
+    def __init__(
+        self,
+        db: Database,
+        tables: RegistryTables,
+        language: str,
+        repository: str,
+        order: VersionOrder,
+    ) -> None:
+        super().__init__(db, language, repository)
+        self.table = tables.product
+        self.order = order
+
+    def latest(self, versions: Iterable[tuple[str, bool]] = ()) -> LatestVersion:
+        """The rule, fed with (version, yanked) pairs (more may be added)."""
+        return latest_version(versions, self.order)
+
+    def upsert(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+        upsert(conn, self.table, rows)
+
+    def bulk(self, columns: Sequence[str]) -> BulkUpsert:
+        return BulkUpsert(self.table, columns)
+
+    def set_versions(
+        self,
+        conn: Connection,
+        product_key: str,
+        versions: Sequence[tuple[str, bool]],
+        now: datetime,
+    ) -> None:
+        """What the registry's version list decides for a stored package: LATEST_VERSION,
+        COMP_STATUS and VERSION_COUNT."""
+        latest = self.latest(versions)
+        conn.execute(
+            update(self.table)
+            .where(self._mine(self.table), self.table.c.PRODUCT_KEY == literal(product_key))
+            .values(
+                LATEST_VERSION=latest.latest,
+                COMP_STATUS=latest.status,
+                VERSION_COUNT=len(versions),
+                LAST_UPDATED=now,
+            )
+        )
+
+    def count(self, conn: Connection) -> int:
+        return int(conn.execute(select(func.count()).select_from(self.table)).scalar_one())
