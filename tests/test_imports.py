@@ -1,0 +1,100 @@
+"""The import graph (issue 17): the core packages import no registry or pipeline package, and
+no two packages import each other, directly or round a longer cycle. Read from the source with
+`ast` (every import, also those inside functions), so a lazy import does not hide an arrow."""
+
+from __future__ import annotations
+
+import ast
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+
+SOURCE = Path(__file__).resolve().parent.parent / "src" / "stagecrawl"
+CORE = {"engine", "queue", "storage", "sca"}
+REGISTRIES_AND_PIPELINES = {"crates", "pypi", "aircraft", "cli", "demo"}
+
+
+def room(module: str) -> str:
+    """`stagecrawl.engine.work` → `engine`; a top-level module is its own room."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def modules() -> Iterator[tuple[str, Path]]:
+    for path in sorted(SOURCE.rglob("*.py")):
+        relative = path.relative_to(SOURCE.parent).with_suffix("")
+        parts = list(relative.parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        yield ".".join(parts), path
+
+
+def imports(module: str, path: Path) -> Iterator[str]:
+    """The stagecrawl modules `module` imports."""
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names if a.name.startswith("stagecrawl."))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join([*base, node.module] if node.module else base)
+            else:
+                target = node.module or ""
+            if target.startswith("stagecrawl.") or target == "stagecrawl":
+                yield target
+
+
+def graph() -> dict[str, dict[str, set[str]]]:
+    """room → room it imports → the importing modules (the evidence)."""
+    arrows: dict[str, dict[str, set[str]]] = {}
+    for module, path in modules():
+        here = room(module)
+        for target in imports(module, path):
+            there = room(target)
+            if there != here and target != "stagecrawl":
+                arrows.setdefault(here, {}).setdefault(there, set()).add(module)
+    return arrows
+
+
+def test_the_source_is_found() -> None:
+    rooms = {room(m) for m, _ in modules()}
+    assert {"engine", "queue", "storage", "crates", "cli"} <= rooms
+    assert graph()["crates"]["queue"]  # the walk sees real arrows
+
+
+def test_core_packages_import_no_registry_or_pipeline() -> None:
+    arrows = graph()
+    upward = {
+        f"{core} → {there} ({', '.join(sorted(evidence))})"
+        for core in CORE
+        for there, evidence in arrows.get(core, {}).items()
+        if there in REGISTRIES_AND_PIPELINES
+    }
+    assert not upward
+
+
+def test_no_import_cycle_between_packages() -> None:
+    arrows = graph()
+    cycles: list[list[str]] = []
+
+    def visit(node: str, path: list[str]) -> None:
+        for there in sorted(arrows.get(node, {})):
+            if there == path[0]:
+                cycles.append([*path, there])
+            elif there not in path and there > path[0]:  # each cycle once, from its least room
+                visit(there, [*path, there])
+
+    for start in sorted(arrows):
+        visit(start, [start])
+    described = [
+        " → ".join(cycle)
+        + " ("
+        + "; ".join(
+            f"{a}→{b}: {', '.join(sorted(arrows[a][b]))}" for a, b in itertools.pairwise(cycle)
+        )
+        + ")"
+        for cycle in cycles
+    ]
+    assert not described
