@@ -5,14 +5,13 @@ from __future__ import annotations
 import csv
 import json
 import random
-import signal
-import time
 from pathlib import Path
 from typing import Any
 
 from stagecrawl.demo.wikidata import install
 from stagecrawl.testing.origin import TestOrigin
 from tests.cli import spawn, stagecrawl
+from tests.kills import kill_when, sqlite_count
 
 
 def urls(origin: TestOrigin) -> list[str]:
@@ -97,6 +96,13 @@ def test_rerun_skips_what_is_stored_and_real_wikidata_needs_a_contact(
     assert real.returncode == 2 and "contact is required" in real.stderr
 
 
+DONE_REQUESTS = "SELECT COUNT(*) FROM requests WHERE state = 2"
+
+
+def _frontiers(out: Path) -> list[Path]:
+    return sorted((out / ".stagecrawl").glob("*.frontier.sqlite"))
+
+
 def test_killed_mid_pass_then_resumed_gives_identical_stores(
     origin: TestOrigin, tmp_path: Path
 ) -> None:
@@ -109,13 +115,16 @@ def test_killed_mid_pass_then_resumed_gives_identical_stores(
     expected = {
         n: (reference / f"{n}.json").read_bytes() for n in ("manufacturers", "models", "specs")
     }
+    requests = sqlite_count(_frontiers(reference), DONE_REQUESTS)
     moments = random.Random(6)
     for attempt in range(3):
         out = tmp_path / f"run{attempt}"
         process = spawn("aircraft", "crawl", "--out", str(out), *args)
-        time.sleep(moments.uniform(1.0, 4.0))
-        process.send_signal(signal.SIGKILL)
-        process.wait(30)
+        # The kill lands after a random number of requests are done (seen in the frontiers).
+        target = moments.randint(1, int(requests * 0.6))
+        kill_when(process, lambda out=out: sqlite_count(_frontiers(out), DONE_REQUESTS), target)
+        done = sqlite_count(_frontiers(out), DONE_REQUESTS)
+        assert 0 < done < requests, (attempt, done)  # mid-run: requests done, requests to do
         for name in expected:  # whatever is on disk is whole JSON, never half a file
             path = out / f"{name}.json"
             if path.exists() and path.stat().st_size:

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 
+from stagecrawl.crates.queue import COLLECTED
 from stagecrawl.engine.fetcher import Fetcher, FetchSettings
 from stagecrawl.engine.ratelimit import Lane, Lanes, Rate
 from stagecrawl.engine.redis_limiter import RedisLimiter
@@ -121,6 +122,17 @@ async def test_two_redis_limiters_share_one_bucket_and_one_cooldown(origin: Test
         await fetcher.aclose()
 
 
+def _collected(db_url: str) -> int:
+    """Events collected so far (PROCESSED = 1)."""
+    db = Database(db_url)
+    with db.reading() as conn:
+        count = conn.execute(
+            select(func.count()).where(db.list.c.PROCESSED == COLLECTED)
+        ).scalar_one()
+    db.dispose()
+    return int(count)
+
+
 def _holders(db_url: str, workers: list[subprocess.Popen[str]]) -> list[subprocess.Popen[str]]:
     """The running workers that hold leases (CLAIMED_BY is host:pid:tag)."""
     db = Database(db_url)
@@ -169,9 +181,12 @@ def test_four_workers_one_killed_share_the_queue_and_the_limit(
         holding[:] = _holders(db_url, workers)
         return bool(holding)
 
-    wait_for(someone_holds_leases)
+    wait_for(lambda: _collected(db_url) > 0)  # rows are written …
+    wait_for(someone_holds_leases)  # … and a live worker holds some of the rest
     victim = holding[0]
     victim.send_signal(signal.SIGKILL)  # dies holding leases
+    victim.wait(30)
+    assert 0 < _collected(db_url) < len(CRATES) * 3  # the kill landed mid-run
     codes = {w.pid: w.wait(180) for w in workers}
     assert codes.pop(victim.pid) == -signal.SIGKILL
     assert list(codes.values()) == [0, 0, 0], [w.stderr.read() for w in workers if w != victim]

@@ -20,6 +20,7 @@ from stagecrawl.engine.request import Item, Request, canonical_url
 from stagecrawl.engine.work import LoopSettings
 from stagecrawl.testing.origin import TestOrigin
 from stagecrawl.testing.stages import FlatStage, LinkStage, write_link_pages
+from tests.kills import kill_when, sqlite_count
 
 
 def test_canonical_url_is_the_dedup_key() -> None:
@@ -118,6 +119,9 @@ async def test_a_slow_sink_holds_the_crawl_back(origin: TestOrigin) -> None:
     assert sink.max_ahead <= 8 * 2 + 2 * 4
 
 
+DONE_REQUESTS = "SELECT COUNT(*) FROM requests WHERE state = 2"
+
+
 def _dump(path: Path) -> dict[str, object]:
     return json.loads(path.read_bytes())
 
@@ -140,12 +144,13 @@ def test_kill_9_then_resume_gives_the_uninterrupted_result(
     assert _spawn(origin.url, reference).wait(120) == 0
     expected = (reference / "pages.json").read_bytes()
 
-    for attempt, kill_after in enumerate([0.4, 0.9]):
+    for attempt, done_before_kill in enumerate([10, 80]):
         out = tmp_path / f"run{attempt}"
         process = _spawn(origin.url, out)
-        time.sleep(kill_after)
-        process.send_signal(signal.SIGKILL)
-        process.wait(30)
+        frontier = out / "frontier.sqlite"
+        kill_when(process, lambda f=frontier: sqlite_count(f, DONE_REQUESTS), done_before_kill)
+        done = sqlite_count(frontier, DONE_REQUESTS)
+        assert 0 < done < 150, done  # the kill landed mid-run: pages done, pages to do
         partial = out / "pages.json"
         if partial.exists():  # whatever is on disk is a whole store, never half a file
             _dump(partial)
