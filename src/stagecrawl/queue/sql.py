@@ -378,6 +378,11 @@ class SqlQueue:
             condition = self._c(s.state) == state
         return int(conn.execute(select(func.count()).where(condition)).scalar_one())
 
+    def leases_now(self) -> dict[str, int]:
+        """Live leases per holder, read now."""
+        with self.db.reading() as conn:
+            return self.leases(conn)
+
     def leases(self, conn: Connection) -> dict[str, int]:
         """Live leases per holder."""
         s = self.spec

@@ -330,6 +330,8 @@ class Database:
             if self.dialect in ("mysql", "mariadb") and ci
             else {}
         )
+        # Options a table declared elsewhere takes to match these (charset, collation, engine).
+        self.table_options = mysql_kw
         self.metadata = build_metadata(ci, mysql_kw)
         self.registries: dict[str, RegistryTables] = self.metadata.info["registries"]
         rust = self.registries["RUST"]

@@ -1,0 +1,185 @@
+"""The generic queue over a table it has never seen (not the LIST): a registry declares the
+columns, and claims, leases, expiry, the ladder and the per-run exclusion work on it, on every
+backend. The crates pipeline's own tests prove the same on the LIST."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Column, DateTime, MetaData, SmallInteger, String, Table, Text, select
+
+from stagecrawl.engine.frontier import Completion, Frontier
+from stagecrawl.engine.request import Request
+from stagecrawl.engine.work import LoopSettings, WorkLoop
+from stagecrawl.queue import (
+    Claimed,
+    Handler,
+    LadderCodes,
+    Outcome,
+    QueueRun,
+    QueueTable,
+    RetryLadder,
+    RunSettings,
+    SqlQueue,
+    utcnow,
+)
+from stagecrawl.storage.db import Database
+from tests.services import MARIADB_URL, POSTGRES_URL
+
+CODES = LadderCodes(finished={1: "done"})
+
+
+def jobs_table(metadata: MetaData, db: Database) -> Table:
+    return Table(
+        "TB_TEST_JOBS",
+        metadata,
+        Column("JOB", String(64), primary_key=True),
+        Column("BATCH", String(64), nullable=False),
+        Column("STEP", SmallInteger, nullable=False),
+        Column("WHY", Text),
+        Column("OWNER", String(128)),
+        Column("LEASE_END", DateTime),
+        Column("CHANGED", DateTime, nullable=False),
+        **db.table_options,
+    )
+
+
+@pytest.fixture(params=["sqlite", "mariadb", "postgresql"])
+def queue(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlQueue]:
+    url = {
+        "sqlite": f"sqlite:///{tmp_path / 'jobs.db'}",
+        "mariadb": MARIADB_URL,
+        "postgresql": POSTGRES_URL,
+    }[request.param]
+    db = Database(url, create=False)
+    metadata = MetaData()
+    table = jobs_table(metadata, db)
+    metadata.drop_all(db.engine)
+    metadata.create_all(db.engine)
+    db.worker.create(db.engine, checkfirst=True)
+    now = utcnow()
+    rows = [
+        {"JOB": f"{batch}-{n}", "BATCH": batch, "STEP": 0, "CHANGED": now}
+        for batch in ("a", "b", "c")
+        for n in range(3)
+    ]
+    db.transaction(lambda conn: conn.execute(table.insert(), rows))
+    spec = QueueTable(
+        table,
+        id="JOB",
+        group="BATCH",
+        state="STEP",
+        reason="WHY",
+        updated="CHANGED",
+        codes=CODES,
+        holder="OWNER",
+        until="LEASE_END",
+    )
+    yield SqlQueue(db, spec)
+    metadata.drop_all(db.engine)
+    db.dispose()
+
+
+def states(queue: SqlQueue) -> dict[str, tuple[int, str | None, str | None]]:
+    t = queue.table
+    with queue.db.reading() as conn:
+        rows = conn.execute(select(t.c.JOB, t.c.STEP, t.c.WHY, t.c.OWNER)).all()
+    return {r[0]: (int(r[1]), r[2], r[3]) for r in rows}
+
+
+def test_claims_whole_groups_with_a_lease_and_skips_what_others_hold(queue: SqlQueue) -> None:
+    first = queue.claim("w1", groups=2, lease_seconds=600)
+    assert [c.group for c in first] == ["a"] * 3 + ["b"] * 3  # whole groups, in order
+    second = queue.claim("w2", groups=2, lease_seconds=600)
+    assert {c.group for c in second} == {"c"}  # a and b are leased to w1
+    assert queue.claim("w3", groups=2, lease_seconds=600) == []
+    queue.release("w1", [c.id for c in first if c.group == "b"])
+    assert {c.group for c in queue.claim("w3", groups=5, lease_seconds=600)} == {"b"}
+    assert queue.leases_now() == {"w1": 3, "w2": 3, "w3": 3}
+
+
+def test_an_expired_lease_is_claimable_and_its_late_write_is_refused(queue: SqlQueue) -> None:
+    stale = queue.claim("dead", groups=1, lease_seconds=-5)  # already run out
+    assert queue.next_lease_expiry() is None  # nothing live to wait for
+    taken = queue.claim("alive", groups=1, lease_seconds=600)
+    assert [c.id for c in taken] == [c.id for c in stale]
+    assert queue.next_lease_expiry() is not None
+    late = queue.complete("dead", [[Outcome(c, 1) for c in stale]])
+    assert late == [False]
+    assert all(s[0] == 0 for s in states(queue).values())  # nothing written by the dead worker
+    assert queue.complete("alive", [[Outcome(c, 1) for c in taken]]) == [True]
+    done = states(queue)
+    assert {k: v for k, v in done.items() if k.startswith("a")} == {
+        f"a-{n}": (1, None, None) for n in range(3)
+    }
+
+
+def test_failures_climb_the_one_ladder_and_the_sixth_gives_up(queue: SqlQueue) -> None:
+    seen = []
+    for _ in range(7):
+        rows = queue.claim("w", groups=1, lease_seconds=600, exclude={"b", "c"})
+        if not rows:
+            break
+        state = rows[0].state
+        queue.complete("w", [[Outcome(r, CODES.after_failure(r.state), "boom") for r in rows]])
+        seen.append(state)
+    assert seen == [0, 30, 31, 32, 33, 34]  # claimable until the sixth failure
+    assert {v for k, v in states(queue).items() if k.startswith("a")} == {(39, "boom", None)}
+    assert CODES.names[39] == "given up" and CODES.names[32] == "transient failure 3"
+
+
+def test_a_run_does_not_retry_what_failed_in_it_and_gives_every_lease_back(
+    queue: SqlQueue,
+) -> None:
+    Result = tuple[list[Claimed], int]
+
+    class Jobs(Handler[Result]):
+        def outcomes(self, result: Result) -> Sequence[Outcome]:
+            unit, state = result
+            return [Outcome(row, state, None if state == 1 else "failed") for row in unit]
+
+    tries: list[str] = []
+
+    async def main() -> None:
+        run: QueueRun[Result] = QueueRun(queue, Jobs(), "w", RunSettings(lease_seconds=600))
+
+        async def work(unit: list[Claimed]) -> Result:
+            tries.append(unit[0].group)
+            if unit[0].group == "b":
+                run.this_run.add("b")  # failed: its next try is the next run
+                return unit, CODES.after_failure(unit[0].state)
+            return unit, 1
+
+        await run.open()
+        try:
+            await WorkLoop(run, work, LoopSettings(concurrency=1, grace_period=1)).run()
+        finally:
+            await run.close()
+
+    asyncio.run(main())
+    # b is on the ladder (30, claimable) yet this run did not take it again
+    assert tries == ["a", "b", "c"]
+    final = states(queue)
+    assert {k[0]: v[0] for k, v in final.items()} == {"a": 1, "b": 30, "c": 1}
+    assert all(owner is None for _, _, owner in final.values())  # every lease back
+    # the next run does retry it
+    asyncio.run(main())
+    assert tries == ["a", "b", "c", "b"]
+    assert states(queue)["b-0"][0] == 31
+
+
+def test_the_frontier_climbs_the_same_ladder(tmp_path: Path) -> None:
+    frontier = Frontier(tmp_path / "f.sqlite", ladder=RetryLadder(max_failures=2))
+    frontier.add([Request("http://127.0.0.1:9/x")])
+    for _ in range(2):
+        frontier.close()
+        frontier = Frontier(tmp_path / "f.sqlite", ladder=RetryLadder(max_failures=2))
+        (request,) = frontier.claim(5)
+        assert frontier.claim(5) == []  # a failed request waits for the next run
+        frontier.complete([Completion(request, [], error="boom")])
+        assert frontier.claim(5) == []
+    assert frontier.ladder() == [("http://127.0.0.1:9/x", 4, 2, "boom")]  # given up
+    frontier.close()
