@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import Column, DateTime, MetaData, SmallInteger, String, Table, Text, select
@@ -183,3 +184,40 @@ def test_the_frontier_climbs_the_same_ladder(tmp_path: Path) -> None:
         assert frontier.claim(5) == []
     assert frontier.ladder() == [("http://127.0.0.1:9/x", 4, 2, "boom")]  # given up
     frontier.close()
+
+
+def test_the_owners_hold_the_one_latest_version_rule_and_the_yanked_flip(tmp_path: Path) -> None:
+    from stagecrawl.crates import tables
+
+    db = Database(f"sqlite:///{tmp_path / 'owners.db'}")
+    versions, products = tables.versions(db), tables.products(db)
+    rule = products.latest
+    assert rule([("1.0.0", False), ("1.1.0-rc.1", False), ("2.0.0", True)]).latest == "1.0.0"
+    assert rule([("1.0.0", True), ("1.1.0-rc.1", False)]).latest == "1.1.0-rc.1"
+    assert rule([("1.0.0", True), ("0.9.0", True)]).status == "YANKED"
+    assert rule([]).latest is None
+    now = utcnow()
+    base = {"LANGUAGE": "rust", "REPOSITORY": "Cargo", "PRODUCT_KEY": "x", "NAME": "x"}
+    rows = [
+        {**base, "VERSION": v, "DEPENDENCIES": "[]", "FEATURES": "{}", "YANKED": False,
+         "LAST_UPDATED": now}
+        for v in ("1.0.0", "2.0.0")
+    ]  # fmt: skip
+    product = {**base, "COMP_STATUS": "ACTIVE", "VERSION_COUNT": 2, "LAST_UPDATED": now}
+
+    def write(conn: Any) -> int:
+        versions.upsert(conn, rows)
+        products.upsert(conn, [product])
+        flipped = versions.flip_yanked(conn, "x", {"2.0.0": True, "1.0.0": False}, now)
+        products.set_versions(conn, "x", [("1.0.0", False), ("2.0.0", True)], now)
+        return flipped
+
+    assert db.transaction(write) == 1
+    assert versions.existing(["x", "y"]) == {"x": {"1.0.0", "2.0.0"}, "y": set()}
+    with db.reading() as conn:
+        assert versions.by_product(conn) == {"x": ["1.0.0", "2.0.0"]}
+        assert products.keys(conn) == {"x"}
+        latest = conn.execute(select(products.table.c.LATEST_VERSION)).scalar_one()
+        yanked = dict(conn.execute(select(versions.table.c.VERSION, versions.table.c.YANKED)).all())
+    assert latest == "1.0.0" and yanked == {"1.0.0": False, "2.0.0": True}
+    db.dispose()

@@ -146,6 +146,25 @@ class VersionTable(_Owner):
     def count(self, conn: Connection) -> int:
         return int(conn.execute(select(func.count()).select_from(self.table)).scalar_one())
 
+    def by_product(self, conn: Connection) -> dict[str, list[str]]:
+        """Every stored version, per package key (e.g. for an advisory import's hits)."""
+        table = self.table
+        found: dict[str, list[str]] = {}
+        rows = conn.execute(select(table.c.PRODUCT_KEY, table.c.VERSION).where(self._mine(table)))
+        for key, version in rows:
+            found.setdefault(str(key).lower(), []).append(str(version))
+        return found
+
+    def versions_of(self, conn: Connection, product_key: str) -> list[tuple[str, str]]:
+        """(NAME, VERSION) of one package's stored versions."""
+        table = self.table
+        rows = conn.execute(
+            select(table.c.NAME, table.c.VERSION).where(
+                self._mine(table), table.c.PRODUCT_KEY == literal(product_key.lower())
+            )
+        )
+        return [(str(n), str(v)) for n, v in rows]
+
 
 class ProductTable(_Owner):
     """TB_COMP_LIB_PRODUCT_<X>: one row per package, its LATEST_VERSION and COMP_STATUS by
@@ -196,3 +215,9 @@ class ProductTable(_Owner):
 
     def count(self, conn: Connection) -> int:
         return int(conn.execute(select(func.count()).select_from(self.table)).scalar_one())
+
+    def keys(self, conn: Connection) -> set[str]:
+        """Every stored package key."""
+        table = self.table
+        rows = conn.execute(select(table.c.PRODUCT_KEY).where(self._mine(table)))
+        return {str(key).lower() for (key,) in rows}
