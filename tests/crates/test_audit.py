@@ -19,8 +19,10 @@ from cyclonedx.validation.json import JsonStrictValidator
 
 from stagecrawl.crates.audit import Package, audit, package_lines
 from stagecrawl.crates.osv import ImportReport, import_advisories, read_advisories
-from stagecrawl.crates.report_formats import audit_cyclonedx, audit_json, audit_sarif
 from stagecrawl.crates.semver import Version
+from stagecrawl.sca.cyclonedx import audit_cyclonedx
+from stagecrawl.sca.report_json import audit_json
+from stagecrawl.sca.sarif import audit_sarif
 from stagecrawl.storage.db import Database
 from tests.cli import stagecrawl
 from tests.crates.test_osv import zip_of
