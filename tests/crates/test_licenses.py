@@ -187,7 +187,7 @@ async def test_licenses_check_over_the_database(
         "--db",
         url,
     )
-    assert ok.returncode == 1 and "GPL-3.0-only" not in ok.stderr and "Foo-Bar" in ok.stderr
+    assert ok.returncode == 1 and "GPL-3.0-only" not in ok.stdout and "Foo-Bar" in ok.stdout
     typo = stagecrawl("crates", "licenses", "check", "--allow", "MTI", "--db", url)
     assert typo.returncode == 2 and "MTI" in typo.stderr and "Traceback" not in typo.stderr
 

@@ -4,16 +4,14 @@ pipeline function (stagecrawl.crates.sca), render its report, exit."""
 from __future__ import annotations
 
 import json
-import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from stagecrawl.cli.common import (
     EXIT_PARTIAL,
@@ -32,6 +30,7 @@ from stagecrawl.cli.common import (
     settings_from,
     show,
 )
+from stagecrawl.cli.sca_render import OutputOption, check_format, check_output, deliver, table_text
 from stagecrawl.crates.audit import AuditReport
 from stagecrawl.crates.osv import DEFAULT_OSV_URL
 from stagecrawl.crates.sca import (
@@ -42,9 +41,20 @@ from stagecrawl.crates.sca import (
     import_osv,
 )
 from stagecrawl.engine.shutdown import GracefulStop
-from stagecrawl.errors import InputError
 from stagecrawl.sca.cyclonedx import audit_cyclonedx
 from stagecrawl.sca.ecosystem import utcnow
+from stagecrawl.sca.markdown import (
+    LICENSE_COLUMNS,
+    audit_columns,
+    audit_footer,
+    audit_header,
+    audit_markdown,
+    audit_rows,
+    license_footer,
+    license_markdown,
+    license_rows,
+    markdown_table,
+)
 from stagecrawl.sca.policy import LicenseCheck
 from stagecrawl.sca.reference import import_reference
 from stagecrawl.sca.report_json import audit_json
@@ -72,7 +82,10 @@ def vulns_command(
     ] = "collected",
     max_archive_mb: Annotated[int, typer.Option("--max-archive-mb", min=1)] = 512,
     max_entry_kb: Annotated[int, typer.Option("--max-entry-kb", min=1)] = 4096,
-    fmt: FormatOption = Format.table,
+    fmt: Annotated[
+        str, typer.Option("--format", help="table, json or markdown (to stdout or --output).")
+    ] = "table",
+    output: OutputOption = None,
     db: Db = None,
     contact: Contact = None,
 ) -> None:
@@ -81,41 +94,57 @@ def vulns_command(
     s = guarded(lambda: settings_from(options))
 
     async def body(stop: GracefulStop) -> int:
+        check_format(fmt, SUMMARY_FORMATS)
+        check_output(output)
         report = await import_osv(
             s, source, scope, max_archive_mb * 1024 * 1024, max_entry_kb * 1024, stop
         )
-
-        def tables() -> None:
-            show(
-                "vulns",
-                {
-                    "advisories read": report.advisories,
-                    "GHSA duplicates merged into RUSTSEC": report.duplicates_merged,
-                    "entries skipped (too large)": report.read.skipped_too_large,
-                    "entries skipped (not OSV JSON)": report.read.skipped_invalid,
-                    "malformed (skipped, reported)": len(report.problems),
-                    "informational (unmaintained, unsound…)": report.informational,
-                    "advisory × crate pairs (RAW)": report.pairs,
-                    f"pairs in scope for V1 ({scope})": report.in_scope,
-                    "RAW rows written": report.raw_written,
-                    "unchanged (not newer)": report.unchanged,
-                    "V1 rows (CVE)": report.v1_rows,
-                    "withdrawn": report.withdrawn,
-                    "collected versions hit": report.hits,
-                },
+        rows = {
+            "advisories read": report.advisories,
+            "GHSA duplicates merged into RUSTSEC": report.duplicates_merged,
+            "entries skipped (too large)": report.read.skipped_too_large,
+            "entries skipped (not OSV JSON)": report.read.skipped_invalid,
+            "malformed (skipped, reported)": len(report.problems),
+            "informational (unmaintained, unsound…)": report.informational,
+            "advisory × crate pairs (RAW)": report.pairs,
+            f"pairs in scope for V1 ({scope})": report.in_scope,
+            "RAW rows written": report.raw_written,
+            "unchanged (not newer)": report.unchanged,
+            "V1 rows (CVE)": report.v1_rows,
+            "withdrawn": report.withdrawn,
+            "collected versions hit": report.hits,
+        }
+        code = EXIT_PARTIAL if report.problems else 0
+        if report.problems:
+            console.print(
+                f"[bold red]{len(report.problems)} malformed advisory parts skipped:[/] "
+                + escape("; ".join(report.problems)),
+                highlight=False,
+                soft_wrap=True,
             )
-            if report.problems:
-                console.print(
-                    f"[bold red]{len(report.problems)} malformed advisory parts skipped:[/] "
-                    + escape("; ".join(report.problems)),
-                    highlight=False,
-                    soft_wrap=True,
-                )
-
-        emit(fmt, public(report), tables)
-        return EXIT_PARTIAL if report.problems else 0
+        deliver(summary_text(fmt, "vulns", rows, public(report)), output, code)
+        return code
 
     run(body, s.grace_period)
+
+
+SUMMARY_FORMATS = ("table", "json", "markdown")
+
+
+def summary_text(
+    fmt: str, title: str, rows: Mapping[str, object], document: Mapping[str, object]
+) -> str:
+    """A command's summary (name → value) as the chosen format's text."""
+    if fmt == "json":
+        return json_text(document)
+    pairs = [(name, str(value)) for name, value in rows.items()]
+    if fmt == "markdown":
+        return f"## {title}\n\n" + markdown_table(("", "count"), pairs)
+    return table_text(("", "count"), pairs)
+
+
+def json_text(document: object) -> str:
+    return json.dumps(document, indent=2, ensure_ascii=False, default=str) + "\n"
 
 
 def public(report: object) -> dict[str, object]:
@@ -124,7 +153,7 @@ def public(report: object) -> dict[str, object]:
     return asdict(report)
 
 
-AUDIT_FORMATS = ("table", "json", "sarif", "cyclonedx")
+AUDIT_FORMATS = ("table", "json", "sarif", "cyclonedx", "markdown")
 
 
 def audit_command(
@@ -143,9 +172,14 @@ def audit_command(
         str | None, typer.Option("--tags-matching", help="Glob over --repo's tags.")
     ] = None,
     all_tags: Annotated[bool, typer.Option("--all-tags", help="Every tag of --repo.")] = False,
-    output: Annotated[
-        str, typer.Option("--format", help="table, json, sarif or cyclonedx (to stdout).")
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="table, json, sarif, cyclonedx or markdown (to stdout or --output).",
+        ),
     ] = "table",
+    output: OutputOption = None,
     deny: Annotated[
         list[str] | None,
         typer.Option("--deny", help="Fail on informational advisories too: warnings, or a kind."),
@@ -155,13 +189,13 @@ def audit_command(
     db: Db = None,
 ) -> None:
     """Which stored advisories hit crate versions — any version, collected or not (run
-    `crates vulns` first). Exit 1 when a vulnerability hits. Read-only."""
+    `crates vulns` first). Exit 1 when a finding fails the gate, 2 on bad input. Read-only."""
     options = locals()
     s = guarded(lambda: settings_from(options))
 
     async def body(stop: GracefulStop) -> int:
-        if output not in AUDIT_FORMATS:
-            raise InputError(f"--format must be one of {', '.join(AUDIT_FORMATS)}")
+        check_format(fmt, AUDIT_FORMATS)
+        check_output(output)
         request = AuditRequest(
             targets=targets or [],
             lockfiles=lockfile or [],
@@ -172,69 +206,29 @@ def audit_command(
             deny=tuple(deny or []),
         )
         report = await audit_crates(s, request, stop)
-        if output == "table":
-            _print_audit(report)
-        else:
-            if output == "json":
-                document = audit_json(report)
-            elif output == "sarif":
-                document = audit_sarif(report)
-            else:
-                document = audit_cyclonedx(report, str(uuid.uuid4()), utcnow())
-            sys.stdout.write(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
-            sys.stdout.flush()
+        deliver(audit_text(report, fmt), output, report.exit_code)
         return report.exit_code
 
     run(body, s.grace_period)
 
 
-def _print_rows(title: str, columns: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None:
-    """A table in a terminal; in a pipe or a file, tab-separated whole lines: nothing is cut
-    to a terminal width."""
-    if console.is_terminal:
-        table = Table(title=title, title_justify="left")
-        for column in columns:
-            table.add_column(column, overflow="fold")
-        for row in rows:
-            table.add_row(*(escape(cell) for cell in row))
-        console.print(table)
-        return
-    console.print("\t".join(columns), highlight=False, soft_wrap=True)
-    for row in rows:
-        console.print(escape("\t".join(row)), highlight=False, soft_wrap=True)
-
-
-def _print_audit(report: AuditReport) -> None:
-    as_of = report.advisories_modified or "?"
-    console.print(
-        f"{len(report.packages)} packages against {report.advisories_stored} stored advisories"
-        f" (newest change {as_of})",
-        highlight=False,
-    )
-    for problem in report.problems:
-        console.print(f"[bold red]not audited:[/] {escape(problem)}", soft_wrap=True)
-    if not report.hits:
-        console.print("no advisory hits the audited versions", highlight=False)
-        return
-    columns = ("crate", "version", "advisory", "aliases", "kind", "patched", "summary")
-    rows = [
-        (
-            h.package.name,
-            h.package.version,
-            h.advisory.osv_id,
-            " ".join(h.advisory.aliases),
-            h.advisory.informational or "vulnerability",
-            " or ".join(h.advisory.affected.patched()) or "none",
-            h.advisory.summary or "",
-        )
-        for h in report.hits
-    ]
-    _print_rows("advisories hitting the audited versions", columns, rows)
-    console.print(
-        f"{len(report.vulnerabilities)} vulnerabilities, {len(report.warnings)} warnings"
-        " (informational)",
-        highlight=False,
-    )
+def audit_text(report: AuditReport, fmt: str) -> str:
+    if fmt == "json":
+        return json_text(audit_json(report))
+    if fmt == "sarif":
+        return json_text(audit_sarif(report))
+    if fmt == "cyclonedx":
+        return json_text(audit_cyclonedx(report, str(uuid.uuid4()), utcnow()))
+    if fmt == "markdown":
+        return audit_markdown(report)
+    lines = [audit_header(report) + "\n"]
+    lines += [f"not audited: {problem}\n" for problem in report.problems]
+    if report.hits:
+        lines.append(table_text(audit_columns(report), audit_rows(report)))
+    else:
+        lines.append("no advisory hits the audited versions\n")
+    lines.append(audit_footer(report) + "\n")
+    return "".join(lines)
 
 
 def licenses_backfill(
@@ -280,6 +274,9 @@ def licenses_backfill(
     run(body, s.grace_period)
 
 
+LICENSE_FORMATS = ("table", "json", "markdown")
+
+
 def licenses_check(
     allow: Annotated[
         list[str] | None, typer.Option("--allow", help="Allowed SPDX ids (comma-separated).")
@@ -291,7 +288,10 @@ def licenses_check(
         list[str] | None,
         typer.Option("--exception", help="CRATE=LICENSE: allowed for that crate only."),
     ] = None,
-    fmt: FormatOption = Format.table,
+    fmt: Annotated[
+        str, typer.Option("--format", help="table, json or markdown (to stdout or --output).")
+    ] = "table",
+    output: OutputOption = None,
     db: Db = None,
 ) -> None:
     """Every collected version whose license the policy cannot satisfy (cargo-deny's
@@ -300,36 +300,40 @@ def licenses_check(
     s = guarded(lambda: settings_from(options))
 
     def body() -> int:
+        check_format(fmt, LICENSE_FORMATS)
+        check_output(output)
         result = check_licenses(s, allow or [], deny or [], exception or [])
-        document = {
-            "versions_checked": result.rows,
-            "violations": [
-                {
-                    "crate": v.package,
-                    "version": v.version,
-                    "license": v.license,
-                    "expression": v.expression,
-                    "reason": v.reason,
-                }
-                for v in result.violations
-            ],
-        }
-        emit(fmt, document, lambda: _print_violations(result))
-        return 1 if result.violations else 0
+        code = 1 if result.violations else 0
+        deliver(license_text(result, fmt), output, code)
+        return code
 
     raise typer.Exit(guarded(body))
 
 
-def _print_violations(result: LicenseCheck) -> None:
-    columns = ("crate", "version", "license", "reason")
-    rows = [
-        (v.package, v.version, v.expression or v.license or "", v.reason) for v in result.violations
-    ]
-    if rows:
-        _print_rows("licenses the policy does not accept", columns, rows)
-    console.print(
-        f"{result.rows} versions checked, {len(result.violations)} not accepted", highlight=False
-    )
+def license_text(result: LicenseCheck, fmt: str) -> str:
+    if fmt == "json":
+        return json_text(
+            {
+                "versions_checked": result.rows,
+                "violations": [
+                    {
+                        "crate": v.package,
+                        "version": v.version,
+                        "license": v.license,
+                        "expression": v.expression,
+                        "reason": v.reason,
+                    }
+                    for v in result.violations
+                ],
+                "exit_code": 1 if result.violations else 0,
+            }
+        )
+    if fmt == "markdown":
+        return license_markdown(result, "crate")
+    text = ""
+    if result.violations:
+        text = table_text(("crate", *LICENSE_COLUMNS[1:]), license_rows(result))
+    return text + license_footer(result) + "\n"
 
 
 def licenses_import(

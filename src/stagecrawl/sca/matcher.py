@@ -14,7 +14,7 @@ from typing import Any, Self
 
 from sqlalchemy import Table, and_, bindparam, or_, select, update
 
-from stagecrawl.sca.reference import ensure_reference
+from stagecrawl.sca.reference import ensure_reference, spdx_reference_rows
 from stagecrawl.sca.spdx import (
     SPDX_LICENSES,
     SPDX_READER,
@@ -55,10 +55,14 @@ class LicenseMatcher:
 
     @classmethod
     def load(cls, db: Database, reader: LicenseReader | None = None) -> Self:
-        """The matcher over TB_LICENSE_V2 (seeded from the SPDX list when empty)."""
-        ensure_reference(db)
+        """The matcher over TB_LICENSE_V2 (seeded from the SPDX list when empty; a read-only
+        run that finds it empty uses the SPDX list without writing)."""
+        if not db.read_only:
+            ensure_reference(db)
         with db.engine.connect() as conn:
             rows = [dict(r._mapping) for r in conn.execute(select(db.license))]
+        if not rows:
+            rows = spdx_reference_rows()
         return cls(rows) if reader is None else cls(rows, reader)
 
     def match(self, name: str) -> dict[str, Any] | None:
