@@ -19,8 +19,10 @@ from cyclonedx.validation.json import JsonStrictValidator
 
 from stagecrawl.crates.audit import Package, audit, package_lines
 from stagecrawl.crates.osv import ImportReport, import_advisories, read_advisories
-from stagecrawl.crates.report_formats import audit_cyclonedx, audit_json, audit_sarif
 from stagecrawl.crates.semver import Version
+from stagecrawl.sca.cyclonedx import audit_cyclonedx
+from stagecrawl.sca.report_json import audit_json
+from stagecrawl.sca.sarif import audit_sarif
 from stagecrawl.storage.db import Database
 from tests.cli import stagecrawl
 from tests.crates.test_osv import zip_of
@@ -324,18 +326,18 @@ def test_cli_audits_a_lock_file_with_no_crawl(tmp_path: Path) -> None:
         assert hit["found_in"] == [str(lock)]
 
     clean = stagecrawl("crates", "audit", "--lockfile", str(clean_lock), "--db", db)
-    assert clean.returncode == 0 and "no advisory hits" in clean.stderr
+    assert clean.returncode == 0 and "no advisory hits" in clean.stdout
 
     # Only informational hits: 0, unless --deny warnings (cargo-audit's convention).
     warn = stagecrawl("crates", "audit", "lock_api@0.4.1", "--db", db)
-    assert warn.returncode == 0 and "RUSTSEC-2020-0070" in warn.stderr
+    assert warn.returncode == 0 and "RUSTSEC-2020-0070" in warn.stdout
     denied = stagecrawl("crates", "audit", "lock_api@0.4.1", "--deny", "warnings", "--db", db)
     assert denied.returncode == 1
 
     # Outside a terminal nothing is cut: the full advisory ids and summaries are there.
     table = stagecrawl("crates", "audit", "--lockfile", str(lock), "--db", db)
     assert table.returncode == 1
-    assert "RUSTSEC-2026-0009" in table.stderr and "…" not in table.stderr
+    assert "RUSTSEC-2026-0009" in table.stdout and "…" not in table.stdout
 
 
 def test_cli_audit_refuses_to_answer_without_advisories_or_with_bad_input(

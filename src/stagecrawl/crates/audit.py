@@ -1,27 +1,17 @@
-"""`crates audit`: which stored advisories hit a set of crate versions.
-
-The answer comes from the advisory ranges in TB_COMP_LIB_VULN_CARGO_RAW (every advisory of
-the OSV source, whatever crates were collected), evaluated for each version asked about with
-cargo's SemVer precedence — the version need not be collected. What to audit: `NAME@VERSION`,
-`NAME` (its collected versions), the crates.io packages of a Cargo.lock (v1–v4; one crate may
-be locked at several versions), or the locks of a git repository's tags.
-
-Exit decision (cargo-audit's convention): 1 when a vulnerability hits, or a package could not
-be evaluated; informational advisories (unmaintained, unsound, notice…) are warnings unless
-`deny` names them (`warnings` for all of them). Withdrawn advisories never hit.
+"""`crates audit`: what to audit, as crates.io knows it — `NAME@VERSION`, `NAME` (its
+collected versions), the crates.io packages of a Cargo.lock (v1–v4; one crate may be locked at
+several versions), or the locks of a git repository's tags — audited by the SCA core
+(stagecrawl.sca.audit) with cargo's SemVer order against TB_COMP_LIB_VULN_CARGO_RAW.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
-from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 
+from stagecrawl.crates.ecosystem import CRATES
 from stagecrawl.crates.lock import (
     GitRepo,
     LockedPackage,
@@ -32,106 +22,14 @@ from stagecrawl.crates.lock import (
     select_tags,
 )
 from stagecrawl.crates.names import validate_name
-from stagecrawl.crates.osv import Affected, affected_crates, cvss_vector
-from stagecrawl.crates.semver import Version, sort_key
+from stagecrawl.crates.semver import Version
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.errors import InputError
+from stagecrawl.sca.audit import CHUNK, AuditReport, Package, parse_deny
+from stagecrawl.sca.audit import audit as sca_audit
 from stagecrawl.storage.db import Database
 
-DENY_KINDS = ("warnings", "unmaintained", "unsound", "notice", "informational")
-CHUNK = 500
-
-
-@dataclass
-class Package:
-    """One crate version to audit and where it was found (lock file, repo@tag, argument)."""
-
-    name: str
-    version: str
-    sources: list[str] = field(default_factory=list)
-    lines: dict[str, int] = field(default_factory=dict)  # source → line of its [[package]]
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.name.lower(), self.version)
-
-    @property
-    def purl(self) -> str:
-        return f"pkg:cargo/{self.name}@{self.version}"
-
-
-@dataclass(frozen=True)
-class StoredAdvisory:
-    osv_id: str
-    aliases: tuple[str, ...]
-    summary: str | None
-    details: str | None
-    severity: str | None  # the CVSS vector, when the advisory has one
-    informational: str | None
-    published: datetime | None
-    modified: datetime | None
-    affected: Affected
-
-    @property
-    def url(self) -> str:
-        if self.osv_id.startswith("RUSTSEC-"):
-            return f"https://rustsec.org/advisories/{self.osv_id}.html"
-        return f"https://osv.dev/vulnerability/{self.osv_id}"
-
-
-@dataclass(frozen=True)
-class Hit:
-    package: Package
-    advisory: StoredAdvisory
-
-
-@dataclass
-class AuditReport:
-    packages: list[Package]
-    hits: list[Hit] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)  # inputs that could not be evaluated
-    skipped: int = 0  # lock packages not from crates.io (workspace, path, git, other registry)
-    deny: frozenset[str] = frozenset()
-    advisories_stored: int = 0
-    advisories_modified: datetime | None = None  # the newest `modified` among them
-    # (lowercased name, version) → (normalised SPDX expression, raw LICENSE) where collected
-    licenses: dict[tuple[str, str], tuple[str | None, str | None]] = field(default_factory=dict)
-
-    def denied(self, hit: Hit) -> bool:
-        kind = hit.advisory.informational
-        if kind is None:
-            return True
-        return bool({"warnings", "informational", kind} & self.deny)
-
-    @property
-    def vulnerabilities(self) -> list[Hit]:
-        return [h for h in self.hits if h.advisory.informational is None]
-
-    @property
-    def warnings(self) -> list[Hit]:
-        return [h for h in self.hits if h.advisory.informational is not None]
-
-    @property
-    def exit_code(self) -> int:
-        return 1 if self.problems or any(self.denied(h) for h in self.hits) else 0
-
-
-def parse_deny(values: Iterable[str]) -> frozenset[str]:
-    kinds = {v.strip().lower() for value in values for v in value.split(",") if v.strip()}
-    unknown = kinds - set(DENY_KINDS)
-    if unknown:
-        raise InputError(f"--deny takes {', '.join(DENY_KINDS)}; not {', '.join(sorted(unknown))}")
-    return frozenset(kinds)
-
-
-def merge_packages(packages: Iterable[Package]) -> list[Package]:
-    """One Package per (crate, version), the places it was found merged, sorted."""
-    merged: dict[tuple[str, str], Package] = {}
-    for package in packages:
-        into = merged.setdefault(package.key, Package(package.name, package.version))
-        into.sources += [s for s in package.sources if s not in into.sources]
-        into.lines = {**package.lines, **into.lines}
-    return sorted(merged.values(), key=lambda p: (p.name.lower(), sort_key(p.version)))
+__all__ = ["AuditReport", "Package", "audit", "parse_deny"]
 
 
 def packages_of_lock(packages: list[LockedPackage], label: str) -> tuple[list[Package], int]:
@@ -253,77 +151,18 @@ def packages_of_targets(db: Database, targets: list[str]) -> list[Package]:
     return packages + collected_packages(db, names)
 
 
-def stored_advisories(db: Database, keys: Iterable[str]) -> dict[str, list[StoredAdvisory]]:
-    """The advisories stored for each crate (lowercased name), withdrawn ones left out."""
-    raw = db.vuln_raw
-    wanted = sorted(set(keys))
-    found: dict[str, list[StoredAdvisory]] = {}
-    with db.engine.connect() as conn:
-        for start in range(0, len(wanted), CHUNK):
-            rows = conn.execute(
-                select(
-                    raw.c.OSV_ID,
-                    raw.c.PRODUCT_KEY,
-                    raw.c.ALIASES,
-                    raw.c.SUMMARY,
-                    raw.c.INFORMATIONAL,
-                    raw.c.PUBLISHED,
-                    raw.c.MODIFIED,
-                    raw.c.OSV_JSON,
-                ).where(
-                    raw.c.PRODUCT_KEY.in_(wanted[start : start + CHUNK]),
-                    raw.c.WITHDRAWN.is_(None),
-                )
-            )
-            for row in rows:
-                key = str(row.PRODUCT_KEY).lower()
-                record: dict[str, Any] = json.loads(row.OSV_JSON)
-                for affected in affected_crates(record):
-                    if affected.product_key != key:
-                        continue
-                    details = record.get("details")
-                    found.setdefault(key, []).append(
-                        StoredAdvisory(
-                            osv_id=str(row.OSV_ID),
-                            aliases=tuple(json.loads(row.ALIASES or "[]")),
-                            summary=row.SUMMARY,
-                            details=details if isinstance(details, str) else None,
-                            severity=cvss_vector(record),
-                            informational=row.INFORMATIONAL,
-                            published=row.PUBLISHED,
-                            modified=row.MODIFIED,
-                            affected=affected,
-                        )
-                    )
-    return found
-
-
 def audit(
     db: Database, packages: Iterable[Package], deny: frozenset[str] = frozenset()
 ) -> AuditReport:
-    """Evaluate every stored advisory of each package's crate for its version."""
-    report = AuditReport(merge_packages(packages), deny=deny)
-    with db.engine.connect() as conn:
-        count, newest = conn.execute(select(func.count(), func.max(db.vuln_raw.c.MODIFIED))).one()
-    if not count:
-        raise InputError(
-            f"no advisories are stored in {db.safe_url}: run `stagecrawl crates vulns` first"
-        )
-    report.advisories_stored, report.advisories_modified = int(count), newest
-    advisories = stored_advisories(db, (p.name.lower() for p in report.packages))
-    for package in report.packages:
-        try:
-            Version.parse(package.version)
-        except ValueError:
-            report.problems.append(
-                f"{package.name} {package.version}: not a semantic version, not evaluated"
-            )
-            continue
-        for advisory in advisories.get(package.name.lower(), []):
-            if advisory.affected.hits(package.version):
-                report.hits.append(Hit(package, advisory))
-    report.hits.sort(
-        key=lambda h: (h.package.name.lower(), sort_key(h.package.version), h.advisory.osv_id)
+    """Evaluate every stored crates.io advisory for each package's version, and note the
+    license of each audited version that is collected (for the CycloneDX BOM)."""
+    report = sca_audit(
+        db,
+        CRATES,
+        db.vuln_raw,
+        packages,
+        deny,
+        import_hint="run `stagecrawl crates vulns` first",
     )
     report.licenses = collected_licenses(db, report.packages)
     return report

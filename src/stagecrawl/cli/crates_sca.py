@@ -1,0 +1,352 @@
+"""`stagecrawl crates vulns | audit | licenses …`: parse options, call one crates SCA
+pipeline function (stagecrawl.crates.sca), render its report, exit."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from stagecrawl.cli.common import (
+    EXIT_PARTIAL,
+    AiLicenseUrl,
+    AiRate,
+    CacheDir,
+    Contact,
+    Db,
+    Format,
+    FormatOption,
+    IndexUrl,
+    console,
+    emit,
+    guarded,
+    run,
+    settings_from,
+    show,
+)
+from stagecrawl.cli.sca_render import OutputOption, check_format, check_output, deliver, table_text
+from stagecrawl.crates.audit import AuditReport
+from stagecrawl.crates.osv import DEFAULT_OSV_URL
+from stagecrawl.crates.sca import (
+    AuditRequest,
+    audit_crates,
+    backfill_licenses,
+    check_licenses,
+    import_osv,
+)
+from stagecrawl.engine.shutdown import GracefulStop
+from stagecrawl.sca.cyclonedx import audit_cyclonedx
+from stagecrawl.sca.ecosystem import utcnow
+from stagecrawl.sca.markdown import (
+    LICENSE_COLUMNS,
+    audit_columns,
+    audit_footer,
+    audit_header,
+    audit_markdown,
+    audit_rows,
+    license_footer,
+    license_markdown,
+    license_rows,
+    markdown_table,
+)
+from stagecrawl.sca.policy import LicenseCheck
+from stagecrawl.sca.reference import import_reference
+from stagecrawl.sca.report_json import audit_json
+from stagecrawl.sca.sarif import audit_sarif
+from stagecrawl.storage.db import Database
+
+
+def register(app: typer.Typer) -> None:
+    """Add vulns, audit and the licenses group to the `crates` app."""
+    app.command("vulns")(vulns_command)
+    app.command("audit")(audit_command)
+    licenses_app = typer.Typer(help="License standardisation.", no_args_is_help=True)
+    licenses_app.command("backfill")(licenses_backfill)
+    licenses_app.command("check")(licenses_check)
+    app.add_typer(licenses_app, name="licenses")
+
+
+def vulns_command(
+    source: Annotated[
+        str,
+        typer.Option("--source", help="URL or local path of the OSV dump (zip, folder, .json)."),
+    ] = DEFAULT_OSV_URL,
+    scope: Annotated[
+        str, typer.Option("--scope", help="collected: crates in PRODUCT; all: every crate.")
+    ] = "collected",
+    max_archive_mb: Annotated[int, typer.Option("--max-archive-mb", min=1)] = 512,
+    max_entry_kb: Annotated[int, typer.Option("--max-entry-kb", min=1)] = 4096,
+    fmt: Annotated[
+        str, typer.Option("--format", help="table, json or markdown (to stdout or --output).")
+    ] = "table",
+    output: OutputOption = None,
+    db: Db = None,
+    contact: Contact = None,
+) -> None:
+    """Import OSV advisories for crates.io into the VULN tables and match collected versions."""
+    options = locals()
+    s = guarded(lambda: settings_from(options))
+
+    async def body(stop: GracefulStop) -> int:
+        check_format(fmt, SUMMARY_FORMATS)
+        check_output(output)
+        report = await import_osv(
+            s, source, scope, max_archive_mb * 1024 * 1024, max_entry_kb * 1024, stop
+        )
+        rows = {
+            "advisories read": report.advisories,
+            "GHSA duplicates merged into RUSTSEC": report.duplicates_merged,
+            "entries skipped (too large)": report.read.skipped_too_large,
+            "entries skipped (not OSV JSON)": report.read.skipped_invalid,
+            "malformed (skipped, reported)": len(report.problems),
+            "informational (unmaintained, unsound…)": report.informational,
+            "advisory × crate pairs (RAW)": report.pairs,
+            f"pairs in scope for V1 ({scope})": report.in_scope,
+            "RAW rows written": report.raw_written,
+            "unchanged (not newer)": report.unchanged,
+            "V1 rows (CVE)": report.v1_rows,
+            "withdrawn": report.withdrawn,
+            "collected versions hit": report.hits,
+        }
+        code = EXIT_PARTIAL if report.problems else 0
+        if report.problems:
+            console.print(
+                f"[bold red]{len(report.problems)} malformed advisory parts skipped:[/] "
+                + escape("; ".join(report.problems)),
+                highlight=False,
+                soft_wrap=True,
+            )
+        deliver(summary_text(fmt, "vulns", rows, public(report)), output, code)
+        return code
+
+    run(body, s.grace_period)
+
+
+SUMMARY_FORMATS = ("table", "json", "markdown")
+
+
+def summary_text(
+    fmt: str, title: str, rows: Mapping[str, object], document: Mapping[str, object]
+) -> str:
+    """A command's summary (name → value) as the chosen format's text."""
+    if fmt == "json":
+        return json_text(document)
+    pairs = [(name, str(value)) for name, value in rows.items()]
+    if fmt == "markdown":
+        return f"## {title}\n\n" + markdown_table(("", "count"), pairs)
+    return table_text(("", "count"), pairs)
+
+
+def json_text(document: object) -> str:
+    return json.dumps(document, indent=2, ensure_ascii=False, default=str) + "\n"
+
+
+def public(report: object) -> dict[str, object]:
+    """A report dataclass as JSON-ready data (nested dataclasses included)."""
+    assert is_dataclass(report) and not isinstance(report, type)
+    return asdict(report)
+
+
+AUDIT_FORMATS = ("table", "json", "sarif", "cyclonedx", "markdown")
+
+
+def audit_command(
+    targets: Annotated[
+        list[str] | None,
+        typer.Argument(help="NAME@VERSION (or NAME: its collected versions).", show_default=False),
+    ] = None,
+    lockfile: Annotated[
+        list[Path] | None, typer.Option("--lockfile", help="A Cargo.lock (v1–v4); repeatable.")
+    ] = None,
+    repo: Annotated[
+        str | None, typer.Option("--repo", help="Git URL or path: audit its tags' locks.")
+    ] = None,
+    tag: Annotated[list[str] | None, typer.Option("--tag", help="A tag of --repo.")] = None,
+    tags_matching: Annotated[
+        str | None, typer.Option("--tags-matching", help="Glob over --repo's tags.")
+    ] = None,
+    all_tags: Annotated[bool, typer.Option("--all-tags", help="Every tag of --repo.")] = False,
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="table, json, sarif, cyclonedx or markdown (to stdout or --output).",
+        ),
+    ] = "table",
+    output: OutputOption = None,
+    deny: Annotated[
+        list[str] | None,
+        typer.Option("--deny", help="Fail on informational advisories too: warnings, or a kind."),
+    ] = None,
+    cache_dir: CacheDir = None,
+    index_url: IndexUrl = None,
+    db: Db = None,
+) -> None:
+    """Which stored advisories hit crate versions — any version, collected or not (run
+    `crates vulns` first). Exit 1 when a finding fails the gate, 2 on bad input. Read-only."""
+    options = locals()
+    s = guarded(lambda: settings_from(options))
+
+    async def body(stop: GracefulStop) -> int:
+        check_format(fmt, AUDIT_FORMATS)
+        check_output(output)
+        request = AuditRequest(
+            targets=targets or [],
+            lockfiles=lockfile or [],
+            repo=repo,
+            tags=tuple(tag or []),
+            tags_matching=tags_matching,
+            all_tags=all_tags,
+            deny=tuple(deny or []),
+        )
+        report = await audit_crates(s, request, stop)
+        deliver(audit_text(report, fmt), output, report.exit_code)
+        return report.exit_code
+
+    run(body, s.grace_period)
+
+
+def audit_text(report: AuditReport, fmt: str) -> str:
+    if fmt == "json":
+        return json_text(audit_json(report))
+    if fmt == "sarif":
+        return json_text(audit_sarif(report))
+    if fmt == "cyclonedx":
+        return json_text(audit_cyclonedx(report, str(uuid.uuid4()), utcnow()))
+    if fmt == "markdown":
+        return audit_markdown(report)
+    lines = [audit_header(report) + "\n"]
+    lines += [f"not audited: {problem}\n" for problem in report.problems]
+    if report.hits:
+        lines.append(table_text(audit_columns(report), audit_rows(report)))
+    else:
+        lines.append("no advisory hits the audited versions\n")
+    lines.append(audit_footer(report) + "\n")
+    return "".join(lines)
+
+
+def licenses_backfill(
+    recompute_all: Annotated[
+        bool, typer.Option("--all", help="Recompute every row, not only those lacking them.")
+    ] = False,
+    fmt: FormatOption = Format.table,
+    db: Db = None,
+    ai_license_url: AiLicenseUrl = None,
+    ai_rate: AiRate = None,
+    contact: Contact = None,
+) -> None:
+    """Fill STANDARD_LICENSE, LICENSE_IDS and LICENSE_EXPRESSION from the stored LICENSE (no
+    network); with --ai-license-url, also ask the classifier for every LICENSE_AI still NULL."""
+    options = locals()
+    s = guarded(lambda: settings_from(options))
+
+    async def body(stop: GracefulStop) -> int:
+        report, ai_report = await backfill_licenses(s, recompute_all, stop)
+        document = public(report)
+        if ai_report is not None:
+            document["ai"] = public(ai_report)
+
+        def tables() -> None:
+            rows: dict[str, object] = {
+                "rows": report.rows,
+                "matched": report.matched,
+                "unmatched": report.unmatched,
+                "no license (license-file)": report.no_license,
+            }
+            for text, count in report.common_unmatched:
+                rows[f"  unmatched: {text}"] = count
+            if ai_report is not None:
+                rows["AI: rows without LICENSE_AI"] = ai_report.rows
+                rows["AI: distinct texts asked"] = ai_report.texts
+                rows["AI: rows filled"] = ai_report.filled
+                rows["AI: rows still failing"] = ai_report.failed
+            show("licenses backfill", rows)
+
+        emit(fmt, document, tables)
+        return EXIT_PARTIAL if ai_report is not None and ai_report.failed else 0
+
+    run(body, s.grace_period)
+
+
+LICENSE_FORMATS = ("table", "json", "markdown")
+
+
+def licenses_check(
+    allow: Annotated[
+        list[str] | None, typer.Option("--allow", help="Allowed SPDX ids (comma-separated).")
+    ] = None,
+    deny: Annotated[
+        list[str] | None, typer.Option("--deny", help="Denied SPDX ids; deny wins over allow.")
+    ] = None,
+    exception: Annotated[
+        list[str] | None,
+        typer.Option("--exception", help="CRATE=LICENSE: allowed for that crate only."),
+    ] = None,
+    fmt: Annotated[
+        str, typer.Option("--format", help="table, json or markdown (to stdout or --output).")
+    ] = "table",
+    output: OutputOption = None,
+    db: Db = None,
+) -> None:
+    """Every collected version whose license the policy cannot satisfy (cargo-deny's
+    semantics); exit 1 when any. Read-only."""
+    options = locals()
+    s = guarded(lambda: settings_from(options))
+
+    def body() -> int:
+        check_format(fmt, LICENSE_FORMATS)
+        check_output(output)
+        result = check_licenses(s, allow or [], deny or [], exception or [])
+        code = 1 if result.violations else 0
+        deliver(license_text(result, fmt), output, code)
+        return code
+
+    raise typer.Exit(guarded(body))
+
+
+def license_text(result: LicenseCheck, fmt: str) -> str:
+    if fmt == "json":
+        return json_text(
+            {
+                "versions_checked": result.rows,
+                "violations": [
+                    {
+                        "crate": v.package,
+                        "version": v.version,
+                        "license": v.license,
+                        "expression": v.expression,
+                        "reason": v.reason,
+                    }
+                    for v in result.violations
+                ],
+                "exit_code": 1 if result.violations else 0,
+            }
+        )
+    if fmt == "markdown":
+        return license_markdown(result, "crate")
+    text = ""
+    if result.violations:
+        text = table_text(("crate", *LICENSE_COLUMNS[1:]), license_rows(result))
+    return text + license_footer(result) + "\n"
+
+
+def licenses_import(
+    file: Annotated[Path, typer.Argument(help="CSV or JSON: ID, NAME_SHORT, NAME, MAPPING, URL.")],
+    db: Db = None,
+) -> None:
+    """Load a license reference into TB_LICENSE_V2 (upsert by ID)."""
+    options = locals()
+    s = guarded(lambda: settings_from(options))
+
+    def body() -> int:
+        count = import_reference(Database(s.db), file)
+        console.print(f"imported {count} license rows")
+        return 0
+
+    raise typer.Exit(guarded(body))

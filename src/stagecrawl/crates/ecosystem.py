@@ -1,0 +1,29 @@
+"""crates.io as the SCA core knows it: the OSV ecosystem name, the purl type, cargo's SemVer
+order, RustSec as its advisory database, and its VULN tables."""
+
+from __future__ import annotations
+
+from stagecrawl.crates.semver import Version, sort_key
+from stagecrawl.sca.ecosystem import Ecosystem, VulnTables
+from stagecrawl.storage.db import Database
+
+CRATES = Ecosystem(
+    name="crates.io",
+    purl_type="cargo",
+    parse_version=Version.parse,
+    version_kind="semantic version",
+    # RustSec writes 0.0.0-0, below which SemVer has no version, for "every version".
+    lowest=frozenset({"0", "0.0.0-0"}),
+    primary_prefix="RUSTSEC-",
+    database_name="RustSec",
+    advisory_url_template="https://rustsec.org/advisories/{}.html",
+    sort_key=sort_key,
+    package_word="crate",
+    registry_key="crates_io",
+    lockfile_name="Cargo.lock",
+)
+
+
+def vuln_tables(db: Database) -> VulnTables:
+    """TB_COMP_LIB_VULN_CARGO_RAW / _V1 / _HIT."""
+    return VulnTables(raw=db.vuln_raw, v1=db.vuln_v1, hit=db.vuln_hit)

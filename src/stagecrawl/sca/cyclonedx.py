@@ -1,0 +1,127 @@
+"""An AuditReport as a CycloneDX 1.6 JSON BOM: the audited packages as components (purl of the
+ecosystem's type, licenses as SPDX expressions where collected) and the advisories that hit
+them as vulnerabilities.
+
+Hand-written dicts rather than an object model (cyclonedx-python-lib): the tests validate the
+output strictly against the published schema, which is the check that matters.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from stagecrawl import __version__
+from stagecrawl.sca.audit import AuditReport, Hit
+from stagecrawl.sca.cvss_rating import cvss_rating
+from stagecrawl.sca.ecosystem import Ecosystem
+from stagecrawl.sca.report_json import time_text
+
+CYCLONEDX_SCHEMA = "http://cyclonedx.org/schema/bom-1.6.schema.json"
+
+
+def _licenses(report: AuditReport, key: tuple[str, str]) -> list[dict[str, Any]]:
+    expression, raw = report.licenses.get(key, (None, None))
+    if expression:
+        return [{"expression": expression}]
+    if raw:
+        return [{"license": {"name": raw}}]
+    return []
+
+
+def _reference(alias: str, ecosystem: Ecosystem) -> dict[str, Any]:
+    if alias.startswith("CVE-"):
+        source = {"name": "NVD", "url": f"https://nvd.nist.gov/vuln/detail/{alias}"}
+    elif alias.startswith("GHSA-"):
+        source = {"name": "GitHub", "url": f"https://github.com/advisories/{alias}"}
+    elif ecosystem.source_name(alias) != "OSV":
+        source = {"name": ecosystem.database_name, "url": ecosystem.advisory_url(alias)}
+    else:
+        source = {"name": "OSV", "url": f"https://osv.dev/vulnerability/{alias}"}
+    return {"id": alias, "source": source}
+
+
+def audit_cyclonedx(report: AuditReport, serial: str, timestamp: datetime) -> dict[str, Any]:
+    """A CycloneDX 1.6 BOM of the audited packages (purl `pkg:TYPE/NAME@VERSION`, licenses
+    as SPDX expressions where collected) with the advisories that affect them. `serial` is a
+    UUID; the caller passes it and the time so the renderer stays pure."""
+    components = []
+    for package in report.packages:
+        component: dict[str, Any] = {
+            "type": "library",
+            "bom-ref": report.purl(package),
+            "name": package.name,
+            "version": package.version,
+            "purl": report.purl(package),
+        }
+        licenses = _licenses(report, package.key)
+        if licenses:
+            component["licenses"] = licenses
+        components.append(component)
+    by_advisory: dict[str, list[Hit]] = {}
+    for hit in report.hits:
+        by_advisory.setdefault(hit.advisory.osv_id, []).append(hit)
+    vulnerabilities = []
+    for osv_id, hits in by_advisory.items():
+        advisory = hits[0].advisory
+        source_name = report.ecosystem.source_name(osv_id)
+        entry: dict[str, Any] = {
+            "bom-ref": f"advisory:{osv_id}",
+            "id": osv_id,
+            "source": {"name": source_name, "url": advisory.url},
+            "advisories": [{"url": advisory.url}],
+            "affects": [
+                {
+                    "ref": report.purl(h.package),
+                    "versions": [{"version": h.package.version, "status": "affected"}],
+                }
+                for h in hits
+            ],
+        }
+        if advisory.aliases:
+            entry["references"] = [_reference(a, report.ecosystem) for a in advisory.aliases]
+        rating = cvss_rating(advisory.severity)
+        if rating is not None and advisory.severity is not None:
+            score, severity, method = rating
+            entry["ratings"] = [
+                {
+                    "source": {"name": source_name, "url": advisory.url},
+                    "score": score,
+                    "severity": severity,
+                    "method": method,
+                    "vector": advisory.severity,
+                }
+            ]
+        if advisory.summary:
+            entry["description"] = advisory.summary
+        if advisory.details:
+            entry["detail"] = advisory.details
+        patched = advisory.affected.patched()
+        if patched:
+            entry["recommendation"] = f"Upgrade to {' or '.join(patched)}"
+        if advisory.published is not None:
+            entry["published"] = time_text(advisory.published)
+        if advisory.modified is not None:
+            entry["updated"] = time_text(advisory.modified)
+        if advisory.informational:
+            entry["properties"] = [
+                {"name": "stagecrawl:informational", "value": advisory.informational}
+            ]
+        vulnerabilities.append(entry)
+    return {
+        "$schema": CYCLONEDX_SCHEMA,
+        "bomFormat": "CycloneDX",
+        "specVersion": "1.6",
+        "serialNumber": f"urn:uuid:{serial}",
+        "version": 1,
+        "metadata": {
+            "timestamp": time_text(timestamp),
+            "tools": {
+                "components": [
+                    {"type": "application", "name": "stagecrawl", "version": __version__}
+                ]
+            },
+        },
+        "components": components,
+        "vulnerabilities": vulnerabilities,
+    }

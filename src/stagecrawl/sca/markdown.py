@@ -1,0 +1,100 @@
+"""Reports as Markdown (a pull-request comment) and the rows every tabular format shares."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from stagecrawl.sca.audit import AuditReport
+from stagecrawl.sca.policy import LicenseCheck
+
+AUDIT_COLUMNS = ("advisory", "version", "id", "aliases", "kind", "patched", "summary")
+
+
+def audit_columns(report: AuditReport) -> tuple[str, ...]:
+    return (report.ecosystem.package_word, *AUDIT_COLUMNS[1:])
+
+
+def audit_rows(report: AuditReport) -> list[tuple[str, ...]]:
+    return [
+        (
+            h.package.name,
+            h.package.version,
+            h.advisory.osv_id,
+            " ".join(h.advisory.aliases),
+            h.advisory.informational or "vulnerability",
+            " or ".join(h.advisory.affected.patched()) or "none",
+            h.advisory.summary or "",
+        )
+        for h in report.hits
+    ]
+
+
+def audit_header(report: AuditReport) -> str:
+    as_of = report.advisories_modified or "?"
+    return (
+        f"{len(report.packages)} packages against {report.advisories_stored} stored advisories"
+        f" (newest change {as_of})"
+    )
+
+
+def audit_footer(report: AuditReport) -> str:
+    return (
+        f"{len(report.vulnerabilities)} vulnerabilities, {len(report.warnings)} warnings"
+        " (informational)"
+    )
+
+
+LICENSE_COLUMNS = ("package", "version", "license", "reason")
+
+
+def license_rows(check: LicenseCheck) -> list[tuple[str, ...]]:
+    return [
+        (v.package, v.version, v.expression or v.license or "", v.reason) for v in check.violations
+    ]
+
+
+def license_footer(check: LicenseCheck) -> str:
+    return f"{check.rows} versions checked, {len(check.violations)} not accepted"
+
+
+def _cell(text: str) -> str:
+    # A pipe ends a cell and a newline ends the row: both escaped, nothing cut.
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", "<br>")
+
+
+def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = [
+        "| " + " | ".join(_cell(c) for c in columns) + " |",
+        "|" + "|".join("---" for _ in columns) + "|",
+    ]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def audit_markdown(report: AuditReport) -> str:
+    parts = [f"## Advisories\n\n{audit_header(report)}\n"]
+    for problem in report.problems:
+        parts.append(f"- **not audited:** {_cell(problem)}")
+    if report.problems:
+        parts.append("")
+    if report.hits:
+        columns = audit_columns(report)
+        rows = [
+            (*row[:2], f"[{row[2]}]({h.advisory.url})", *row[3:])
+            for row, h in zip(audit_rows(report), report.hits, strict=True)
+        ]
+        parts.append(markdown_table(columns, rows))
+    else:
+        parts.append("No advisory hits the audited versions.\n")
+    parts.append(f"**{audit_footer(report)}**\n")
+    return "\n".join(parts)
+
+
+def license_markdown(check: LicenseCheck, package_word: str = "package") -> str:
+    parts = ["## Licenses\n"]
+    if check.violations:
+        parts.append(markdown_table((package_word, *LICENSE_COLUMNS[1:]), license_rows(check)))
+    else:
+        parts.append("Every license is accepted by the policy.\n")
+    parts.append(f"**{license_footer(check)}**\n")
+    return "\n".join(parts)
