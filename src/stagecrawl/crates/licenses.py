@@ -33,6 +33,7 @@ from stagecrawl.engine.fetcher import Fetcher
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.engine.work import LoopSettings, MemoryQueue, WorkLoop
 from stagecrawl.errors import FetchError, InputError
+from stagecrawl.settings import DEFAULTS
 from stagecrawl.storage.bulk import upsert
 from stagecrawl.storage.db import Database, dumps
 
@@ -839,7 +840,10 @@ class AiBackfillReport:
 
 
 async def backfill_ai(
-    db: Database, client: AiLicenseClient, stop: GracefulStop | None = None
+    db: Database,
+    client: AiLicenseClient,
+    stop: GracefulStop | None = None,
+    concurrency: int = DEFAULTS.concurrency,
 ) -> AiBackfillReport:
     """Ask the classifier again for every row whose LICENSE_AI is NULL (a failure during
     collect, or a classifier added later), on the work loop: one call per distinct text, the
@@ -884,7 +888,7 @@ async def backfill_ai(
                 conn.execute(statement, updates)
 
     queue: MemoryQueue[str, tuple[str, str | None]] = MemoryQueue(sorted(by_text), commit)
-    await WorkLoop(queue, ask, LoopSettings(concurrency=4), stop).run()
+    await WorkLoop(queue, ask, LoopSettings(concurrency=concurrency), stop).run()
     report.failed = report.rows - report.filled
     return report
 
