@@ -15,11 +15,10 @@ from typing import Any
 
 import pytest
 import redis
-import typer
 from aiohttp import web
 from sqlalchemy import func, select
 
-from stagecrawl.cli import app
+from stagecrawl.cli.commands import load
 from stagecrawl.demo import make_app_repo
 from stagecrawl.demo.wikidata import install
 from stagecrawl.settings import BY_NAME
@@ -57,8 +56,9 @@ OBSERVED = {
 
 def declared_settings(path: str) -> set[str]:
     """The settings a command declares as flags (read from the CLI itself)."""
-    command: Any = typer.main.get_command(app)
-    for part in path.split():
+    first, *rest = path.split()
+    command: Any = load(first)
+    for part in rest:
         command = command.commands[part]
     flags = {opt for p in command.params for opt in getattr(p, "opts", [])}
     return {
