@@ -24,10 +24,11 @@ from rich.table import Table
 
 from stagecrawl.crates import pipeline
 from stagecrawl.crates.client import CratesClient
-from stagecrawl.crates.config import CratesConfig
+from stagecrawl.crates.config import crates_fetcher
 from stagecrawl.crates.queue import COLLECTED
 from stagecrawl.crates.worker import CollectSettings
 from stagecrawl.engine.shutdown import GracefulStop
+from stagecrawl.settings import Settings
 from stagecrawl.storage.db import Database
 from stagecrawl.testing.origin import TestOrigin
 from stagecrawl.testing.registry import index_line, write_crate
@@ -86,11 +87,13 @@ def fresh(url: str) -> Database:
 async def run(
     db_url: str, names: list[str], index: TestOrigin, api: TestOrigin
 ) -> dict[str, float]:
-    config = CratesConfig(index.url + "/", api.url + "/", API_RATE, INDEX_RATE, api_budgets=())
+    flags = {"index_url": index.url + "/", "api_url": api.url + "/", "api_rate": API_RATE,
+             "index_rate": INDEX_RATE, "api_budget": "none"}  # fmt: skip
+    s = Settings.resolve(flags, {})
     db = fresh(db_url)
     stop = GracefulStop()
-    async with config.make_fetcher() as fetcher:
-        client = CratesClient(fetcher, config.index_url, config.api_url)
+    async with crates_fetcher(s) as fetcher:
+        client = CratesClient(fetcher, s.index_url, s.api_url)
         started = time.perf_counter()
         await pipeline.seed(db, client, names, stop)
         report = await pipeline.collect(db, client, CollectSettings(concurrency=16), stop)

@@ -54,11 +54,12 @@ from sqlalchemy import text
 
 from stagecrawl.crates import pipeline, worker
 from stagecrawl.crates.client import CratesClient
-from stagecrawl.crates.config import CratesConfig
+from stagecrawl.crates.config import crates_fetcher
 from stagecrawl.crates.queue import COLLECTED, NewEvent, register
 from stagecrawl.crates.worker import CollectSettings
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.queue import SqlQueue
+from stagecrawl.settings import Settings
 from stagecrawl.storage.bulk import upsert_statement
 from stagecrawl.storage.db import Database, dumps
 from stagecrawl.testing.registry import index_line, write_crate
@@ -220,17 +221,13 @@ class Origin:
 
 
 async def _collect(url: str, names: list[str], origin: str) -> tuple[int, float]:
-    config = CratesConfig(
-        origin + "/index/",
-        origin + "/api/",
-        api_rate=LIFTED,
-        index_rate=LIFTED,
-        api_budgets=(),
-    )
+    flags = {"index_url": origin + "/index/", "api_url": origin + "/api/", "api_rate": LIFTED,
+             "index_rate": LIFTED, "api_budget": "none"}  # fmt: skip
+    s = Settings.resolve(flags, {})
     db = fresh(url)
     stop = GracefulStop()
-    async with config.make_fetcher() as fetcher:
-        client = CratesClient(fetcher, config.index_url, config.api_url)
+    async with crates_fetcher(s) as fetcher:
+        client = CratesClient(fetcher, s.index_url, s.api_url)
         await pipeline.seed(db, client, names, stop)
         started = time.perf_counter()
         report = await pipeline.collect(db, client, CollectSettings(), stop)

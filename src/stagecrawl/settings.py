@@ -1,248 +1,272 @@
 """One settings object per run: every knob, its flag, its environment variable and its default.
 
 Resolution order for each setting: the command-line flag, then the environment variable, then
-the default (Scrapy's settings table is the model). The table below is the single source: the
-CLI declares its options from it, `docs/operations.md` prints it (a test keeps them equal), and
-the pipelines build their engine parts (lanes, limiter, fetcher, loop) from the resolved values.
-Secrets (passwords in URLs, tokens) are registered for masking the moment they are read.
+the default (Scrapy's settings table is the model). The `Settings` class below IS the table:
+each field is one setting, declared once with its type, its one default, its bounds and its
+help. Everything else is generated from it: the CLI's options (cli/common.py), the table in
+`docs/operations.md` (a test keeps them equal), the checks at the boundary, and the engine
+parts built from a resolved object (stagecrawl/components.py, crates/config.py). It is a
+frozen dataclass so that mypy knows every attribute: `settings.api_rat` is a type error.
+
+This module imports nothing heavy (no HTTP client, no database driver): every command resolves
+its settings before it starts, and `stagecrawl --help` must stay fast.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
+import types
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
-from urllib.parse import urlsplit
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, get_type_hints
 
 from stagecrawl import secrets
 from stagecrawl.errors import ConfigError
 from stagecrawl.secrets import mask_url
 
+T = TypeVar("T")
+
 
 @dataclass(frozen=True)
 class Setting:
+    """One row of the table (generated from a field of `Settings`)."""
+
     name: str
     default: Any
-    kind: type  # str, int, float or bool
+    kind: type  # str, int or float
     env: str | None
     flag: str | None
     help: str
-    # "positive", "at-least-1", "url", "redis-url", "non-negative", "budgets"
+    # "url", "redis-url", "db-url", "budgets" (the form of a text value)
     check: str = ""
     secret: bool = False
+    minimum: float | None = None  # numbers: the least allowed value
+    above: bool = False  # numbers: `minimum` itself is not allowed (a rate of 0)
+    maximum: float | None = None  # numbers: the documented upper bound
+
+    def allowed(self) -> str:
+        """The bounds as the documentation prints them."""
+        if self.minimum is None and self.maximum is None:
+            return {
+                "url": "http(s) URL",
+                "redis-url": "redis://, rediss://, unix:// URL",
+                "db-url": "sqlite, mysql, mariadb, postgresql URL",
+                "budgets": "N/DURATION,… or none",
+            }.get(self.check, "")
+        low = "" if self.minimum is None else f"{'>' if self.above else '≥'} {self.minimum:g}"
+        high = "" if self.maximum is None else f"≤ {self.maximum:g}"
+        return ", ".join(part for part in (low, high) if part)
 
 
 def _s(
-    name: str,
-    default: Any,
-    kind: type,
+    default: T,
     help: str,
     *,
     env: str | None = "",
     flag: str | None = "",
     check: str = "",
     secret: bool = False,
-) -> Setting:
-    env_name = f"STAGECRAWL_{name.upper()}" if env == "" else env
-    flag_name = "--" + name.replace("_", "-") if flag == "" else flag
-    return Setting(name, default, kind, env_name, flag_name, help, check, secret)
+    minimum: float | None = None,
+    above: bool = False,
+    maximum: float | None = None,
+) -> T:
+    """A field of the table: its default, and the rest of its row as field metadata (the name
+    and the type come from the field itself)."""
+    row = {
+        "env": env,
+        "flag": flag,
+        "help": help,
+        "check": check,
+        "secret": secret,
+        "minimum": minimum,
+        "above": above,
+        "maximum": maximum,
+    }
+    made: T = field(default=default, metadata={"setting": row})
+    return made
 
 
-SETTINGS: tuple[Setting, ...] = (
-    _s(
-        "db",
-        "sqlite:///stagecrawl.db",
-        str,
-        "database URL (sqlite, mysql+pymysql, postgresql+psycopg)",
-    ),
-    _s(
-        "contact",
-        None,
-        str,
-        "email or URL sent in the User-Agent; required against crates.io and Wikidata",
-    ),
-    _s(
-        "index_url",
-        "https://index.crates.io/",
-        str,
-        "sparse index root (a mirror works)",
-        check="url",
-    ),
-    _s("api_url", "https://crates.io/", str, "crates.io API root", check="url"),
-    _s("index_rate", 10.0, float, "index lane: requests per second", check="positive"),
-    _s("api_rate", 1.0, float, "API lane: requests per second", check="positive"),
-    _s("index_burst", 1, int, "index lane: requests allowed back to back", check="at-least-1"),
-    _s("api_burst", 1, int, "API lane: requests allowed back to back", check="at-least-1"),
-    _s(
-        "index_budget",
-        "none",
-        str,
-        "index lane: windows such as 5000/1h (comma-separated), or none",
-        check="budgets",
-    ),
-    _s(
-        "api_budget",
-        "600/600s",
-        str,
-        "API lane: windows (crates.io: about 600 per 10 minutes), or none",
-        check="budgets",
-    ),
-    _s("concurrency", 8, int, "units (crates, requests) processed at once", check="at-least-1"),
-    _s(
-        "redis_url",
-        None,
-        str,
-        "Redis for one rate limit shared by every worker",
-        check="redis-url",
-        secret=True,
-    ),
-    _s(
-        "lease_seconds",
-        900.0,
-        float,
-        "collect: how long a claim holds without a heartbeat",
-        check="positive",
-    ),
-    _s(
-        "grace_period",
-        30.0,
-        float,
-        "seconds in-flight work may take to finish after SIGINT/SIGTERM",
-        check="non-negative",
-    ),
-    _s(
-        "commit_batch",
-        32,
-        int,
-        "collect: crates written in one transaction at most (group commit)",
-        flag=None,
-        check="at-least-1",
-    ),
-    _s(
-        "commit_linger",
-        0.0,
-        float,
-        "collect: seconds a partial batch may wait for more crates before it is written",
-        flag=None,
-        check="non-negative",
-    ),
-    _s(
-        "timeout", 15.0, float, "connect and per-read timeout, seconds", flag=None, check="positive"
-    ),
-    _s(
-        "deadline",
-        60.0,
-        float,
-        "one whole HTTP exchange (connect + headers + body), seconds",
-        flag=None,
-        check="positive",
-    ),
-    _s(
-        "retries",
-        3,
-        int,
-        "retries of a transient failure after the first attempt",
-        flag=None,
-        check="non-negative",
-    ),
-    _s(
-        "max_retry_after",
-        600.0,
-        float,
-        "longest a request waits on 429s and cooldowns; a longer Retry-After fails at once",
-        flag=None,
-        check="non-negative",
-    ),
-    _s(
-        "max_body_mb",
-        64.0,
-        float,
-        "largest response body after decompression, MiB",
-        flag=None,
-        check="positive",
-    ),
-    _s(
-        "index_token",
-        None,
-        str,
-        "bearer token for a private index (index lane only)",
-        flag=None,
-        secret=True,
-    ),
-    _s(
-        "api_token",
-        None,
-        str,
-        "bearer token for a private API (API lane only)",
-        flag=None,
-        secret=True,
-    ),
-    _s(
-        "ai_license_url",
-        None,
-        str,
-        "optional AI license classifier (POST); off when unset",
-        check="url",
-    ),
-    _s("ai_rate", 2.0, float, "AI classifier lane: requests per second", check="positive"),
-    _s(
-        "cache_dir",
-        ".stagecrawl-cache",
-        str,
-        "lock: bare clones and the private CARGO_HOME",
-        env="STAGECRAWL_CACHE",
-    ),
-    _s(
-        "sparql_url",
-        "https://query.wikidata.org/sparql",
-        str,
-        "aircraft: Wikidata SPARQL endpoint",
-        check="url",
-    ),
-    _s(
-        "entities_url",
-        "https://www.wikidata.org/w/api.php",
-        str,
-        "aircraft: Wikidata entity API",
-        check="url",
-    ),
-    _s("sparql_rate", 1.0, float, "aircraft: SPARQL lane, requests per second", check="positive"),
-    _s(
-        "entities_rate",
-        5.0,
-        float,
-        "aircraft: entity API lane, requests per second",
-        check="positive",
-    ),
-    _s(
-        "download_rate",
-        1.0,
-        float,
-        "OSV and dump download lane: requests per second",
-        flag=None,
-        check="positive",
-    ),
-)
-BY_NAME = {s.name: s for s in SETTINGS}
+# Upper bounds: what one process can hold and a registry can take. Above them a value is a
+# typo (`--concurrency 10000000` used to allocate 3.3 GB and make no progress).
+MAX_RATE = 1_000_000.0  # requests per second on one lane (benchmarks lift limits to it)
+MAX_CONCURRENCY = 1024  # units in flight (each holds a crate's data or a connection)
+DAY = 86_400.0
 
 
+@dataclass(frozen=True, kw_only=True)
 class Settings:
     """The resolved values of one run: `settings.api_rate`, `settings.db`, …"""
 
-    def __init__(self, values: Mapping[str, Any], sources: Mapping[str, str]) -> None:
-        self._values = dict(values)
-        self.sources = dict(sources)  # name -> "flag" | "env" | "default"
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self.__dict__["_values"][name]
-        except KeyError:
-            raise AttributeError(name) from None
+    db: str = _s(
+        "sqlite:///stagecrawl.db",
+        "database URL (sqlite, mysql+pymysql, postgresql+psycopg)",
+        check="db-url",
+        secret=True,
+    )
+    contact: str | None = _s(
+        None, "email or URL sent in the User-Agent; required against crates.io and Wikidata"
+    )
+    index_url: str = _s(
+        "https://index.crates.io/", "sparse index root (a mirror works)", check="url"
+    )
+    api_url: str = _s("https://crates.io/", "crates.io API root", check="url")
+    index_rate: float = _s(
+        10.0, "index lane: requests per second", minimum=0, above=True, maximum=MAX_RATE
+    )
+    api_rate: float = _s(
+        1.0, "API lane: requests per second", minimum=0, above=True, maximum=MAX_RATE
+    )
+    index_burst: int = _s(1, "index lane: requests allowed back to back", minimum=1, maximum=1000)
+    api_burst: int = _s(1, "API lane: requests allowed back to back", minimum=1, maximum=1000)
+    index_budget: str = _s(
+        "none", "index lane: windows such as 5000/1h (comma-separated), or none", check="budgets"
+    )
+    api_budget: str = _s(
+        "600/600s",
+        "API lane: windows (crates.io: about 600 per 10 minutes), or none",
+        check="budgets",
+    )
+    concurrency: int = _s(
+        8,
+        "crates: units (crates, requests) processed at once",
+        minimum=1,
+        maximum=MAX_CONCURRENCY,
+    )
+    redis_url: str | None = _s(
+        None, "Redis for one rate limit shared by every worker", check="redis-url", secret=True
+    )
+    lease_seconds: float = _s(
+        900.0,
+        "collect: how long a claim holds without a heartbeat",
+        minimum=0,
+        above=True,
+        maximum=DAY,
+    )
+    grace_period: float = _s(
+        30.0,
+        "seconds in-flight work may take to finish after SIGINT/SIGTERM",
+        minimum=0,
+        maximum=3600,
+    )
+    commit_batch: int = _s(
+        32,
+        "collect: crates written in one transaction at most (group commit)",
+        flag=None,
+        minimum=1,
+        maximum=10_000,
+    )
+    commit_linger: float = _s(
+        0.0,
+        "collect: seconds a partial batch may wait for more crates before it is written",
+        flag=None,
+        minimum=0,
+        maximum=3600,
+    )
+    timeout: float = _s(
+        15.0,
+        "connect and per-read timeout, seconds",
+        flag=None,
+        minimum=0,
+        above=True,
+        maximum=3600,
+    )
+    deadline: float = _s(
+        60.0,
+        "one whole HTTP exchange (connect + headers + body), seconds",
+        flag=None,
+        minimum=0,
+        above=True,
+        maximum=DAY,
+    )
+    download_deadline: float = _s(
+        3600.0,
+        "one whole download (OSV archive, database dump), seconds",
+        flag=None,
+        minimum=0,
+        above=True,
+        maximum=7 * DAY,
+    )
+    retries: int = _s(
+        3,
+        "retries of a transient failure after the first attempt",
+        flag=None,
+        minimum=0,
+        maximum=100,
+    )
+    max_retry_after: float = _s(
+        600.0,
+        "longest a request waits on 429s and cooldowns; a longer Retry-After fails at once",
+        flag=None,
+        minimum=0,
+        maximum=DAY,
+    )
+    max_body_mb: float = _s(
+        64.0,
+        "largest response body after decompression, MiB",
+        flag=None,
+        minimum=0,
+        above=True,
+        maximum=4096,
+    )
+    index_token: str | None = _s(
+        None, "bearer token for a private index (index lane only)", flag=None, secret=True
+    )
+    api_token: str | None = _s(
+        None, "bearer token for a private API (API lane only)", flag=None, secret=True
+    )
+    ai_license_url: str | None = _s(
+        None, "optional AI license classifier (POST); off when unset", check="url"
+    )
+    ai_rate: float = _s(
+        2.0, "AI classifier lane: requests per second", minimum=0, above=True, maximum=MAX_RATE
+    )
+    cache_dir: str = _s(
+        ".stagecrawl-cache", "lock: bare clones and the private CARGO_HOME", env="STAGECRAWL_CACHE"
+    )
+    sparql_url: str = _s(
+        "https://query.wikidata.org/sparql", "aircraft: Wikidata SPARQL endpoint", check="url"
+    )
+    entities_url: str = _s(
+        "https://www.wikidata.org/w/api.php", "aircraft: Wikidata entity API", check="url"
+    )
+    sparql_rate: float = _s(
+        1.0,
+        "aircraft: SPARQL lane, requests per second",
+        minimum=0,
+        above=True,
+        maximum=MAX_RATE,
+    )
+    entities_rate: float = _s(
+        5.0,
+        "aircraft: entity API lane, requests per second",
+        minimum=0,
+        above=True,
+        maximum=MAX_RATE,
+    )
+    aircraft_concurrency: int = _s(
+        2,
+        "aircraft: requests at once (Wikimedia asks for only a few)",
+        flag="--concurrency",
+        minimum=1,
+        maximum=MAX_CONCURRENCY,
+    )
+    download_rate: float = _s(
+        1.0,
+        "OSV and dump download lane: requests per second",
+        flag=None,
+        minimum=0,
+        above=True,
+        maximum=MAX_RATE,
+    )
+    # Where each value came from: name -> "flag" | "env" | "default" (not a setting).
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def get(self, name: str) -> Any:
-        return self._values[name]
+        if name not in BY_NAME:
+            raise AttributeError(name)
+        return getattr(self, name)
 
     @classmethod
     def resolve(
@@ -251,39 +275,81 @@ class Settings:
         """Flags (None = not given), then the environment, then the defaults; every value
         is checked here, at the boundary, and a bad one is a ConfigError naming its source."""
         flags = flags or {}
+        unknown = sorted(set(flags) - set(BY_NAME))
+        if unknown:
+            raise TypeError(f"not settings: {', '.join(unknown)}")  # a bug in a caller
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
         sources: dict[str, str] = {}
         for setting in SETTINGS:
             given = flags.get(setting.name)
             if given is not None:
-                value, source = given, setting.flag or setting.name
-                where = "flag"
+                value, source, where = given, setting.flag or setting.name, "flag"
             elif setting.env and env.get(setting.env, "") != "":
-                value, source = _parse(setting, env[setting.env]), setting.env
-                where = "env"
+                source, where = setting.env, "env"
+                if setting.secret:
+                    _register(setting, env[setting.env])  # before parsing quotes it
+                value = _parse(setting, env[setting.env])
             else:
                 value, source, where = setting.default, setting.name, "default"
             if value is not None:
-                if setting.secret and "url" not in setting.check:
-                    secrets.register(str(value))  # a token
-                elif setting.secret or setting.check == "url":
-                    # Registered before the check, whose error quotes the value: a URL's
-                    # password (user-info or a query parameter) is masked there too, and so is
-                    # a mirror's basic-auth password in --index-url.
-                    secrets.register_url(str(value))
+                _register(setting, value)
                 _check(setting, value, source)
             values[setting.name] = value
             sources[setting.name] = where
-        if values["db"]:
-            secrets.register_url(values["db"])
-        return cls(values, sources)
+        return cls(**values, sources=sources)
+
+
+def _rows() -> tuple[Setting, ...]:
+    hints = get_type_hints(Settings)
+    rows = []
+    for f in dataclasses.fields(Settings):
+        row = f.metadata.get("setting")
+        if row is None:
+            continue
+        hint = hints[f.name]
+        kinds = [k for k in getattr(hint, "__args__", (hint,)) if k is not type(None)]
+        assert len(kinds) == 1 and kinds[0] in (str, int, float), (f.name, hint)
+        assert not isinstance(hint, types.GenericAlias)
+        env = f"STAGECRAWL_{f.name.upper()}" if row["env"] == "" else row["env"]
+        flag = "--" + f.name.replace("_", "-") if row["flag"] == "" else row["flag"]
+        rows.append(
+            Setting(
+                f.name,
+                f.default,
+                kinds[0],
+                env,
+                flag,
+                row["help"],
+                row["check"],
+                row["secret"],
+                row["minimum"],
+                row["above"],
+                row["maximum"],
+            )
+        )
+    return tuple(rows)
+
+
+SETTINGS: tuple[Setting, ...] = _rows()
+BY_NAME: Mapping[str, Setting] = {s.name: s for s in SETTINGS}
+# The table's defaults, typed: the engine's own dataclasses take their defaults from here, so
+# that each default is written once.
+DEFAULTS = Settings()
+
+
+def _register(setting: Setting, value: object) -> None:
+    """Secrets are registered for masking the moment they are read: before the check, whose
+    error may quote the value (a URL's password in user-info or a query parameter, a mirror's
+    basic-auth password in --index-url, a token)."""
+    if setting.secret and not setting.check:
+        secrets.register(str(value))  # a token
+    elif setting.secret or setting.check == "url":
+        secrets.register_url(str(value))
 
 
 def _parse(setting: Setting, raw: str) -> Any:
     try:
-        if setting.kind is bool:
-            return raw.strip().lower() in ("1", "true", "yes", "on")
         return setting.kind(raw)
     except ValueError:
         kind = {int: "a whole number", float: "a number"}.get(setting.kind, setting.kind.__name__)
@@ -291,31 +357,16 @@ def _parse(setting: Setting, raw: str) -> Any:
 
 
 def _check(setting: Setting, value: Any, source: str) -> None:
+    if setting.kind in (int, float):
+        _check_number(setting, value, source)
     check = setting.check
-    if check in ("positive", "at-least-1", "non-negative") and (
-        not isinstance(value, (int, float)) or math.isnan(value) or math.isinf(value)
-    ):
-        raise ConfigError(f"{source} must be a finite number, got {value!r}")
-    if check == "positive" and not value > 0:
-        raise ConfigError(f"{source} must be greater than 0, got {value!r}")
-    if check == "at-least-1" and value < 1:
-        raise ConfigError(f"{source} must be at least 1, got {value!r}")
-    if check == "non-negative" and value < 0:
-        raise ConfigError(f"{source} must not be negative, got {value!r}")
     if check == "url":
-        try:
-            parts = urlsplit(str(value))
-            ok = parts.scheme in ("http", "https") and bool(parts.hostname)
-            parts.port  # noqa: B018 -- a port that is not a number raises here
-        except ValueError:
-            ok = False
-        if not ok:
-            raise ConfigError(f"{source} must be an http(s) URL, got {value!r}")
-    if check == "redis-url" and urlsplit(str(value)).scheme not in ("redis", "rediss", "unix"):
-        raise ConfigError(
-            f"{source} must be a redis://, rediss:// or unix:// URL, got {mask_url(str(value))!r}"
-        )
-    if check == "budgets":
+        _check_http_url(str(value), source)
+    elif check == "redis-url":
+        _check_redis_url(str(value), source)
+    elif check == "db-url":
+        _check_db_url(str(value), source)
+    elif check == "budgets":
         from stagecrawl.engine.ratelimit import Budget  # the engine's own reading of it
 
         text = str(value).strip()
@@ -327,12 +378,105 @@ def _check(setting: Setting, value: Any, source: str) -> None:
                     raise ConfigError(f"{source}: {exc}") from None
 
 
+def _check_number(setting: Setting, value: Any, source: str) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or math.isnan(value)
+        or math.isinf(value)
+    ):
+        raise ConfigError(f"{source} must be a finite number, got {value!r}")
+    if setting.kind is int and not isinstance(value, int):
+        raise ConfigError(f"{source} must be a whole number, got {value!r}")
+    low, high = setting.minimum, setting.maximum
+    if low is not None:
+        if setting.above and not value > low:
+            raise ConfigError(f"{source} must be greater than {low:g}, got {value!r}")
+        if not setting.above and value < low:
+            word = "must not be negative" if low == 0 else f"must be at least {low:g}"
+            raise ConfigError(f"{source} {word}, got {value!r}")
+    if high is not None and value > high:
+        raise ConfigError(f"{source} must be at most {high:g}, got {value!r}")
+
+
+def _port_ok(netloc_parts: Any) -> bool:
+    try:
+        netloc_parts.port  # noqa: B018 -- a port that is not a number (or > 65535) raises
+    except ValueError:
+        return False
+    return True
+
+
+def _check_http_url(value: str, source: str) -> None:
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(value)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname) and _port_ok(parts)
+    except ValueError:  # an unbalanced [ in the host
+        ok = False
+    if not ok:
+        raise ConfigError(f"{source} must be an http(s) URL, got {mask_url(value)!r}")
+
+
+def _check_redis_url(value: str, source: str) -> None:
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(value)
+        scheme = parts.scheme
+        ok = scheme in ("redis", "rediss", "unix") and _port_ok(parts)
+        if scheme in ("redis", "rediss"):
+            ok = ok and bool(parts.hostname)
+            db = parts.path.strip("/")
+            ok = ok and (not db or db.isdigit())
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ConfigError(
+            f"{source} must be a redis://, rediss:// or unix:// URL (redis://HOST[:PORT][/DB]),"
+            f" got {mask_url(value)!r}"
+        )
+
+
+DB_SCHEMES = ("sqlite", "mysql", "mariadb", "postgresql", "postgres")
+
+
+def _check_db_url(value: str, source: str) -> None:
+    """The form of a database URL, before any driver is imported: a scheme the storage layer
+    knows, and (for a server) a host and a numeric port. Whether it can be reached is the
+    storage layer's question."""
+    from urllib.parse import parse_qsl, urlsplit
+
+    problem = ""
+    try:
+        parts = urlsplit(value)
+        backend = parts.scheme.split("+", 1)[0]
+        if "://" not in value or backend not in DB_SCHEMES:
+            problem = "must look like sqlite:///PATH, mysql+pymysql://… or postgresql+psycopg://…"
+        elif backend != "sqlite" and not parts.hostname:
+            problem = "names no host"
+        elif not _port_ok(parts):
+            problem = "has a port that is not a number from 0 to 65535"
+        else:
+            for key, _ in parse_qsl(parts.query, keep_blank_values=True, strict_parsing=False):
+                if not key:
+                    problem = "has a malformed query"
+    except ValueError:
+        problem = "is malformed"
+    if problem:
+        raise ConfigError(f"{source} {problem}: {mask_url(value)!r}")
+
+
 def settings_table() -> str:
     """The Markdown table of every setting, for docs/operations.md."""
-    lines = ["| setting | flag | env | default | meaning |", "|---|---|---|---|---|"]
+    lines = [
+        "| setting | flag | env | default | allowed | meaning |",
+        "|---|---|---|---|---|---|",
+    ]
     for s in SETTINGS:
         default = "none" if s.default is None else f"`{s.default}`"
         flag = f"`{s.flag}`" if s.flag else ""
         env = f"`{s.env}`" if s.env else ""
-        lines.append(f"| {s.name} | {flag} | {env} | {default} | {s.help} |")
+        lines.append(f"| {s.name} | {flag} | {env} | {default} | {s.allowed()} | {s.help} |")
     return "\n".join(lines) + "\n"

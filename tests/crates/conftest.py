@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
-from stagecrawl.crates.config import CratesConfig
+from stagecrawl.settings import Settings
 from stagecrawl.testing.origin import TestOrigin
 from tests.crates.registry import build_registry
 from tests.services import MARIADB_URL, POSTGRES_URL
@@ -52,15 +52,17 @@ class Registry:
     index: TestOrigin
     api: TestOrigin
 
-    def config(self, **overrides: float) -> CratesConfig:
-        config = CratesConfig(
-            index_url=self.index.url + "/",
-            api_url=self.api.url + "/",
-            api_rate=overrides.get("api_rate", 200.0),
-            index_rate=overrides.get("index_rate", 500.0),
-            retries=1,
-        )
-        return config
+    def settings(self, **overrides: float) -> Settings:
+        """The run's settings against this registry (fast rates, one retry), as a command
+        would resolve them from its flags, with no environment."""
+        flags = {
+            "index_url": self.index.url + "/",
+            "api_url": self.api.url + "/",
+            "api_rate": 200.0,
+            "index_rate": 500.0,
+            **overrides,
+        }
+        return Settings.resolve(flags, {"STAGECRAWL_RETRIES": "1"})
 
 
 @pytest.fixture

@@ -15,10 +15,11 @@ from sqlalchemy import func, select
 
 from stagecrawl.crates import pipeline
 from stagecrawl.crates.client import CratesClient
-from stagecrawl.crates.config import CratesConfig
+from stagecrawl.crates.config import crates_fetcher
 from stagecrawl.crates.worker import CollectSettings
 from stagecrawl.engine.clock import ScaledClock
 from stagecrawl.engine.shutdown import GracefulStop
+from stagecrawl.settings import Settings
 from stagecrawl.storage.db import Database
 from stagecrawl.testing.origin import TestOrigin
 from stagecrawl.testing.registry import index_line, write_crate
@@ -52,11 +53,12 @@ def strict(origin: TestOrigin, index: str, api: str) -> None:
 
 
 async def crawl(db_url: str, index_url: str, api_url: str) -> Any:
-    config = CratesConfig(index_url=index_url, api_url=api_url)  # the defaults: 1/s, 10/s, burst 1
+    # The defaults: 1/s, 10/s, burst 1, the API budget.
+    s = Settings.resolve({"index_url": index_url, "api_url": api_url}, {})
     db = Database(db_url)
     stop = GracefulStop()
-    async with config.make_fetcher(clock=ScaledClock(SPEEDUP)) as fetcher:
-        client = CratesClient(fetcher, config.index_url, config.api_url)
+    async with crates_fetcher(s, clock=ScaledClock(SPEEDUP)) as fetcher:
+        client = CratesClient(fetcher, s.index_url, s.api_url)
         report = await pipeline.collect(db, client, CollectSettings(), stop, CRATES)
     with db.engine.connect() as conn:
         stored = conn.execute(select(func.count()).select_from(db.version)).scalar_one()

@@ -9,6 +9,7 @@ from sqlalchemy import select
 
 from stagecrawl.crates import pipeline
 from stagecrawl.crates.client import CratesClient
+from stagecrawl.crates.config import crates_fetcher
 from stagecrawl.crates.names import event_id
 from stagecrawl.crates.queue import COLLECTED, claim, outcome, release
 from stagecrawl.crates.seeding import SeedReport
@@ -22,10 +23,10 @@ from tests.crates.registry import INDEX, version_count
 
 async def crawl(db: Database, registry: Registry, names: list[str], **settings: Any) -> Any:
     """Seed, then collect, as two separate runs (the streaming crawl is tested in the CLI)."""
-    config = registry.config()
+    s = registry.settings()
     stop = GracefulStop()
-    async with config.make_fetcher() as fetcher:
-        client = CratesClient(fetcher, config.index_url, config.api_url)
+    async with crates_fetcher(s) as fetcher:
+        client = CratesClient(fetcher, s.index_url, s.api_url)
         seeded = await pipeline.seed(db, client, names, stop) if names else None
         collector = Collector(db, client, CollectSettings(**settings), stop=stop)
         summary = await collector.run()
@@ -128,9 +129,9 @@ async def test_broken_index_goes_to_the_ladder_then_recovers(
     db_url: str, registry: Registry
 ) -> None:
     db = Database(db_url)
-    config = registry.config()
-    async with config.make_fetcher() as fetcher:
-        client = CratesClient(fetcher, config.index_url, config.api_url)
+    s = registry.settings()
+    async with crates_fetcher(s) as fetcher:
+        client = CratesClient(fetcher, s.index_url, s.api_url)
         await pipeline.seed(db, client, ["a", "cc"], GracefulStop())
     broken = registry.index.rule("/1/a", invalid_json=True)
     await crawl(db, registry, [])

@@ -19,65 +19,70 @@ from stagecrawl.aircraft.stages import (
     SpecsStage,
 )
 from stagecrawl.aircraft.wikidata import QUANTITY_FIELDS
+from stagecrawl.components import build_fetcher, effective, loop_settings
 from stagecrawl.engine.crawler import Crawler, CrawlSummary, JsonStoreSink, Stage
 from stagecrawl.engine.fetcher import Fetcher, FetchSettings, require_contact
 from stagecrawl.engine.frontier import Frontier
 from stagecrawl.engine.jsonstore import JsonStore, atomic_write
 from stagecrawl.engine.progress import ProgressReporter
-from stagecrawl.engine.ratelimit import Lane, Lanes, LocalLimiter, Rate
+from stagecrawl.engine.ratelimit import Lane, Lanes, Rate
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.engine.work import LoopSettings
 from stagecrawl.errors import ConfigError, StorageError
+from stagecrawl.settings import DEFAULTS, Settings
 
-DEFAULT_SPARQL_URL = "https://query.wikidata.org/sparql"
-DEFAULT_API_URL = "https://www.wikidata.org/w/api.php"
 PASSES = ("manufacturers", "models", "specs")
+# wbgetentities answers at most 50 ids per request (500 for bots): a batch is one request.
+MAX_BATCH = 50
 
 
 @dataclass
 class AircraftConfig:
-    """Defaults follow Wikimedia's asks: one WDQS query at a time, few concurrent API calls."""
+    """One aircraft run: where it writes, what it asks for, and the run's settings (the
+    endpoints, rates, concurrency and fetch knobs; defaults follow Wikimedia's asks: one WDQS
+    query at a time, few concurrent API calls)."""
 
     out: Path
-    sparql_url: str = DEFAULT_SPARQL_URL
-    api_url: str = DEFAULT_API_URL
-    contact: str | None = None
+    settings: Settings = DEFAULTS
     refresh: bool = False
-    batch: int = 50
-    sparql_rate: float = 1.0
-    api_rate: float = 5.0
-    concurrency: int = 2
-    grace_period: float = 10.0
-    fetch: FetchSettings | None = None  # the engine knobs; the contact is set from above
+    batch: int = MAX_BATCH
+
+    @property
+    def sparql_url(self) -> str:
+        return self.settings.sparql_url
+
+    @property
+    def api_url(self) -> str:
+        return self.settings.entities_url
 
     def validate(self) -> None:
-        for label, url in (("--sparql-url", self.sparql_url), ("--api-url", self.api_url)):
+        for label, url in (("--sparql-url", self.sparql_url), ("--entities-url", self.api_url)):
             parts = urlsplit(url)
             if parts.scheme not in ("http", "https") or not parts.hostname:
                 raise ConfigError(f"{label} must be an http(s) URL, got {url!r}")
             if (parts.hostname or "").endswith("wikidata.org"):
                 require_contact(
-                    FetchSettings(contact=self.contact),
+                    FetchSettings(contact=self.settings.contact),
                     "Wikimedia's User-Agent policy asks for a way to reach the operator",
                 )
-        if not (self.sparql_rate > 0 and self.api_rate > 0):
-            raise ConfigError("rates must be positive")
-        if self.concurrency < 1 or self.batch < 1:
-            raise ConfigError("--concurrency and --batch must be at least 1")
+        if not 1 <= self.batch <= MAX_BATCH:
+            raise ConfigError(f"--batch must be from 1 to {MAX_BATCH}, got {self.batch}")
 
     def lanes(self) -> Lanes:
+        s = self.settings
         return Lanes(
             [
-                Lane("sparql", self.sparql_url, Rate(self.sparql_rate)),
-                Lane("entities", self.api_url, Rate(self.api_rate)),
+                Lane("sparql", s.sparql_url, Rate(s.sparql_rate)),
+                Lane("entities", s.entities_url, Rate(s.entities_rate)),
             ]
         )
 
     def fetcher(self) -> Fetcher:
         self.validate()
-        settings = self.fetch or FetchSettings()
-        settings.contact = self.contact
-        return Fetcher(settings, self.lanes(), LocalLimiter())
+        return build_fetcher(self.settings, self.lanes())
+
+    def loop_settings(self) -> LoopSettings:
+        return loop_settings(self.settings, concurrency=self.settings.aircraft_concurrency)
 
 
 def _stage(name: str, config: AircraftConfig, stores: dict[str, JsonStore]) -> Stage:
@@ -95,6 +100,7 @@ class AircraftReport:
     passes: dict[str, CrawlSummary] = field(default_factory=dict)
     stored: dict[str, int] = field(default_factory=dict)
     requests: dict[str, int] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)  # what the run's parts used
 
     @property
     def interrupted(self) -> bool:
@@ -110,6 +116,7 @@ class AircraftReport:
             "passes": {name: s.as_json() for name, s in self.passes.items()},
             "stored": self.stored,
             "requests": self.requests,
+            "settings": self.settings,
         }
 
 
@@ -147,9 +154,7 @@ async def run_aircraft(
                             fetcher,
                             sink,
                             frontier,
-                            LoopSettings(
-                                concurrency=config.concurrency, grace_period=config.grace_period
-                            ),
+                            config.loop_settings(),
                             bar,
                             stop,
                         )
@@ -162,6 +167,7 @@ async def run_aircraft(
                 if summary.interrupted:
                     break
             report.requests = dict(fetcher.stats.requests)
+            report.settings = effective(fetcher, {"crawl": config.loop_settings()})
     finally:
         for store in stores.values():
             store.close()

@@ -1,55 +1,48 @@
 """The `stagecrawl` command line (typer + rich): the only layer that parses options and
 renders. Pipelines return report objects; this package turns them into tables or JSON and
-exit codes (cli/common.py)."""
+exit codes (cli/common.py).
+
+This module imports only the standard library: `stagecrawl --version` answers without
+loading the CLI, and a SIGINT or SIGTERM while the rest is imported ends the process with
+130 or 143 and no traceback. The command tree is in cli/commands.py; each command's module is
+imported when that command runs.
+"""
 
 from __future__ import annotations
 
+import signal
 import sys
-from typing import Annotated
+from types import FrameType
+from typing import Any
 
-import typer
-
-from stagecrawl import __version__
-from stagecrawl.cli import aircraft, crates, status
-from stagecrawl.cli.common import EXIT_INTERRUPTED, fail, setup_logging
-
-app = typer.Typer(
-    help="Polite, durable, staged collection of package data.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-)
+EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 2, 130, 143
 
 
-def _version(value: bool) -> None:
-    if value:
-        print(f"stagecrawl {__version__}")
-        raise typer.Exit(0)
-
-
-@app.callback()
-def main_options(
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Warnings and errors only.")] = False,
-    version: Annotated[
-        bool,
-        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
-    ] = False,
-) -> None:
-    setup_logging(verbose, quiet)
-
-
-app.add_typer(crates.app, name="crates")
-app.add_typer(aircraft.app, name="aircraft")
-app.command("status")(status.status)
-app.command("demo")(status.demo)
-licenses_app = typer.Typer(help="The license reference table.", no_args_is_help=True)
-licenses_app.command("import")(crates.licenses_import)
-app.add_typer(licenses_app, name="licenses")
+def _terminated(_signum: int, _frame: FrameType | None) -> None:
+    raise SystemExit(EXIT_TERMINATED)
 
 
 def main() -> None:
     """Run the app; a usage error (unknown option, a value out of range) is one line and exit
     2 like every other bad input, not a framed usage block."""
+    # Until a command installs its own handlers (cli/common.py's `run`), SIGTERM ends the
+    # process as 143 and SIGINT as 130, with no traceback, even mid-import.
+    signal.signal(signal.SIGTERM, _terminated)
+    try:
+        if sys.argv[1:] == ["--version"]:
+            from stagecrawl import __version__
+
+            print(f"stagecrawl {__version__}")
+            sys.exit(0)
+        _run_app()
+    except KeyboardInterrupt:
+        sys.exit(EXIT_INTERRUPTED)
+
+
+def _run_app() -> None:
+    from stagecrawl.cli.commands import app
+    from stagecrawl.cli.common import fail
+
     try:
         code = app(standalone_mode=False)
     except Exception as exc:
@@ -63,6 +56,15 @@ def main() -> None:
         else:
             fail(text, exit_code)
         sys.exit(exit_code)
-    except (KeyboardInterrupt, EOFError):
+    except EOFError:
         sys.exit(EXIT_INTERRUPTED)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def __getattr__(name: str) -> Any:
+    """`stagecrawl.cli.commands` (the typer app) on first use, for tests and tools."""
+    if name == "app":
+        from stagecrawl.cli.commands import app
+
+        return app
+    raise AttributeError(name)

@@ -7,9 +7,16 @@ from typing import Annotated
 
 import typer
 
-from stagecrawl.aircraft.run import PASSES, AircraftConfig, AircraftReport, export_csv, run_aircraft
+from stagecrawl.aircraft.run import (
+    MAX_BATCH,
+    PASSES,
+    AircraftConfig,
+    AircraftReport,
+    export_csv,
+    run_aircraft,
+)
 from stagecrawl.cli.common import (
-    Concurrency,
+    AircraftConcurrency,
     Contact,
     EntitiesRate,
     EntitiesUrl,
@@ -28,7 +35,6 @@ from stagecrawl.cli.common import (
     settings_from,
     show,
 )
-from stagecrawl.engine.fetcher import FetchSettings
 from stagecrawl.engine.shutdown import GracefulStop
 
 app = typer.Typer(help="Aircraft data from Wikidata (CC0).", no_args_is_help=True)
@@ -43,13 +49,18 @@ def aircraft_crawl(
     refresh: Annotated[bool, typer.Option("--refresh", help="Fetch stored entities again.")] = (
         False
     ),
-    batch: Annotated[int, typer.Option("--batch", min=1, help="Ids per query / request.")] = 50,
+    batch: Annotated[
+        int,
+        typer.Option(
+            "--batch", min=1, max=MAX_BATCH, help=f"Ids per query / request (1–{MAX_BATCH})."
+        ),
+    ] = MAX_BATCH,
     fmt: FormatOption = Format.table,
     sparql_url: SparqlUrl = None,
     entities_url: EntitiesUrl = None,
     sparql_rate: SparqlRate = None,
     entities_rate: EntitiesRate = None,
-    concurrency: Concurrency = None,
+    aircraft_concurrency: AircraftConcurrency = None,
     contact: Contact = None,
     grace_period: GracePeriod = None,
 ) -> None:
@@ -59,27 +70,7 @@ def aircraft_crawl(
         raise fail(f"--stage must be one of {', '.join(PASSES)} or all, not {stage!r}")
     options = locals()
     s = guarded(lambda: settings_from(options))
-    # Wikimedia asks for at most a few concurrent requests: 2 unless asked otherwise.
-    workers = s.concurrency if s.sources["concurrency"] != "default" else 2
-    config = AircraftConfig(
-        out,
-        s.sparql_url,
-        s.entities_url,
-        s.contact,
-        refresh,
-        batch,
-        sparql_rate=s.sparql_rate,
-        api_rate=s.entities_rate,
-        concurrency=workers,
-        grace_period=s.grace_period,
-        fetch=FetchSettings(
-            timeout=s.timeout,
-            deadline=s.deadline,
-            retries=s.retries,
-            max_retry_after=s.max_retry_after,
-            max_body_bytes=int(s.max_body_mb * 2**20),
-        ),
-    )
+    config = AircraftConfig(out, s, refresh, batch)
     guarded(config.validate)
 
     async def body(stop: GracefulStop) -> int:

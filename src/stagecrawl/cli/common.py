@@ -10,8 +10,6 @@ secrets masked, with the exit code below (docs/operations.md):
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import logging
 import sys
@@ -19,15 +17,12 @@ import traceback
 from collections.abc import Callable, Coroutine, Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TextIO, TypeVar, cast
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TextIO, TypeVar, cast
 
 import typer
 from rich.console import Console
 from rich.markup import escape
-from sqlalchemy.exc import SQLAlchemyError
 
-from stagecrawl.engine.progress import ProgressReporter, summary_table
-from stagecrawl.engine.shutdown import GracefulStop, Interrupted
 from stagecrawl.errors import (
     ConfigError,
     InputError,
@@ -36,7 +31,12 @@ from stagecrawl.errors import (
     StorageError,
 )
 from stagecrawl.secrets import RedactingFilter, RedactingFormatter, RedactingStream, redact
-from stagecrawl.settings import BY_NAME, Settings
+from stagecrawl.settings import BY_NAME, DEFAULTS, Settings
+
+if TYPE_CHECKING:  # imported where used: `--help` and `status` must not pay for asyncio, the
+    # engine or a database driver (issue 20's start-up budget; bench/startup.py measures it)
+    from stagecrawl.engine.progress import ProgressReporter
+    from stagecrawl.engine.shutdown import GracefulStop
 
 T = TypeVar("T")
 EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
@@ -56,7 +56,8 @@ def _help(name: str) -> str:
     setting = BY_NAME[name]
     env = f" [env {setting.env}]" if setting.env else ""
     default = "" if setting.default is None else f" [default: {setting.default}]"
-    return f"{setting.help}.{default}{env}"
+    allowed = f" [{setting.allowed()}]" if setting.allowed() else ""
+    return f"{setting.help}.{default}{allowed}{env}"
 
 
 def _opt(name: str) -> Any:
@@ -78,6 +79,7 @@ ApiBurst = Annotated[int | None, _opt("api_burst")]
 IndexBudget = Annotated[str | None, _opt("index_budget")]
 ApiBudget = Annotated[str | None, _opt("api_budget")]
 Concurrency = Annotated[int | None, _opt("concurrency")]
+AircraftConcurrency = Annotated[int | None, _opt("aircraft_concurrency")]
 RedisUrl = Annotated[str | None, _opt("redis_url")]
 LeaseSeconds = Annotated[float | None, _opt("lease_seconds")]
 GracePeriod = Annotated[float | None, _opt("grace_period")]
@@ -118,21 +120,24 @@ def guarded(body: Callable[[], T]) -> T:
         raise fail(f"{exc}; stopped (leases are returned or run out)", EXIT_PARTIAL) from None
     except StagecrawlError as exc:
         raise fail(str(exc), EXIT_PARTIAL) from None
-    except SQLAlchemyError as exc:
-        # A database that fails mid-run (disk full, connection lost): one line, and every
-        # batch already written stays written (each is one transaction).
-        orig = getattr(exc, "orig", None) or exc
-        raise fail(
-            f"database error: {str(orig).splitlines()[0] if str(orig) else orig!r}"
-        ) from None
     except OSError as exc:
         where = f": {exc.filename}" if exc.filename else ""
         raise fail(f"{exc.strerror or exc}{where}") from None
-    except (KeyboardInterrupt, Interrupted):
+    except KeyboardInterrupt:
         raise fail("interrupted", EXIT_INTERRUPTED) from None
     except typer.Exit:
         raise
-    except Exception as exc:  # a bug: still one line, the traceback only when asked for
+    except Exception as exc:
+        if _is_a(exc, "stagecrawl.engine.shutdown", "Interrupted"):
+            raise fail("interrupted", EXIT_INTERRUPTED) from None
+        if _is_a(exc, "sqlalchemy.exc", "SQLAlchemyError"):
+            # A database that fails mid-run (disk full, connection lost): one line, and every
+            # batch already written stays written (each is one transaction).
+            orig = getattr(exc, "orig", None) or exc
+            raise fail(
+                f"database error: {str(orig).splitlines()[0] if str(orig) else orig!r}"
+            ) from None
+        # A bug: still one line, the traceback only when asked for.
         if state["verbose"]:
             sys.stderr.write(redact(traceback.format_exc()))
         raise fail(
@@ -141,11 +146,25 @@ def guarded(body: Callable[[], T]) -> T:
         ) from None
 
 
-def run(body: Callable[[GracefulStop], Coroutine[Any, Any, int]], grace: float = 30.0) -> NoReturn:
+def _is_a(exc: BaseException, module: str, name: str) -> bool:
+    """`isinstance` against a class of a module that may not be imported (then exc is not
+    one of its instances): the check costs no import."""
+    loaded = sys.modules.get(module)
+    cls = getattr(loaded, name, None) if loaded is not None else None
+    return isinstance(cls, type) and isinstance(exc, cls)
+
+
+def run(
+    body: Callable[[GracefulStop], Coroutine[Any, Any, int]], grace: float = DEFAULTS.grace_period
+) -> NoReturn:
     """Run an async command body under SIGINT/SIGTERM handling and exit with its code. A
     stopped phase finishes what it holds within its grace period and reports; should it not,
     it is cancelled `grace` + 2 s after the signal, so every stop is bounded. A stopped run
     exits 130 (SIGINT) or 143 (SIGTERM)."""
+    import asyncio
+    import contextlib
+
+    from stagecrawl.engine.shutdown import GracefulStop, Interrupted
 
     async def main() -> int:
         stop = GracefulStop()
@@ -175,6 +194,8 @@ def run(body: Callable[[GracefulStop], Coroutine[Any, Any, int]], grace: float =
 
 
 def progress(title: str, fmt: Format = Format.table) -> ProgressReporter:
+    from stagecrawl.engine.progress import ProgressReporter
+
     return ProgressReporter(title, console=console, quiet=state["quiet"])
 
 
@@ -189,6 +210,8 @@ def emit(fmt: Format, document: Mapping[str, Any], tables: Callable[[], None]) -
 
 
 def show(title: str, rows: Mapping[str, object]) -> None:
+    from stagecrawl.engine.progress import summary_table
+
     console.print(summary_table(title, rows))
 
 

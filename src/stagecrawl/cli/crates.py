@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
-import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -46,23 +44,16 @@ from stagecrawl.cli.crates_sca import licenses_import
 from stagecrawl.cli.crates_sca import public as _public
 from stagecrawl.cli.crates_sca import register as register_sca_commands
 from stagecrawl.crates import pipeline
-from stagecrawl.crates.client import CratesClient
-from stagecrawl.crates.config import CratesConfig, read_seeds_file, split_env_seeds
-from stagecrawl.crates.dbdump import DEFAULT_DUMP_URL, load_dump
-from stagecrawl.crates.licenses import (
-    AiLicenseClient,
+from stagecrawl.crates.config import (
+    read_seeds_file,
+    split_env_seeds,
 )
+from stagecrawl.crates.dbdump import DEFAULT_DUMP_URL
 from stagecrawl.crates.names import validate_name
 from stagecrawl.crates.queue import COLLECTED, NOT_FOUND, SKIPPED
-from stagecrawl.crates.refresh import refresh
-from stagecrawl.crates.worker import CollectSettings
-from stagecrawl.engine.fetcher import Fetcher, FetchSettings, require_contact
-from stagecrawl.engine.ratelimit import Lane, Lanes, Rate
-from stagecrawl.engine.redis_limiter import RedisLimiter
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.errors import InputError
 from stagecrawl.settings import Settings
-from stagecrawl.storage.db import Database
 
 app = typer.Typer(
     help="The crates.io pipeline: seed, collect, crawl, lock, audit…", no_args_is_help=True
@@ -91,25 +82,6 @@ def _gather_names(names: list[str] | None, seeds_file: Path | None) -> list[str]
     if not collected:
         raise InputError("no crate names given (arguments, --file or STAGECRAWL_SEED_CRATES)")
     return collected
-
-
-def _collect_settings(s: Settings, limit: int | None, skip_existing: bool) -> CollectSettings:
-    return CollectSettings(
-        concurrency=s.concurrency,
-        skip_existing=skip_existing,
-        limit=limit,
-        lease_seconds=s.lease_seconds,
-        grace_period=s.grace_period,
-        commit_batch=s.commit_batch,
-        commit_linger=s.commit_linger,
-    )
-
-
-def _ai_client(s: Settings, fetcher: Fetcher) -> AiLicenseClient | None:
-    if not s.ai_license_url:
-        return None
-    fetcher.lanes.add(Lane("ai", s.ai_license_url, Rate(s.ai_rate)))
-    return AiLicenseClient(fetcher, s.ai_license_url)
 
 
 MAX_REASON_LINES = 20  # per kind; `stagecrawl status` lists every event on a ladder
@@ -201,13 +173,6 @@ def print_reasons(report: pipeline.CollectReport) -> None:
         console.print(f"[{colour}]{kind}:[/] {escape(line)}", highlight=False, soft_wrap=True)
 
 
-async def _check_limiter(fetcher: Fetcher) -> None:
-    """A shared rate limit that cannot be reached at the start is a configuration error (one
-    line, exit 2, the URL's password masked), found before anything is opened or asked."""
-    if isinstance(fetcher.limiter, RedisLimiter):
-        await fetcher.limiter.check()
-
-
 async def _crawl(
     s: Settings,
     stop: GracefulStop,
@@ -217,23 +182,8 @@ async def _crawl(
     limit: int | None,
     skip_existing: bool,
 ) -> int:
-    config = CratesConfig.from_settings(s)
-    async with config.make_fetcher() as fetcher:
-        await _check_limiter(fetcher)
-        database = Database(s.db)  # after every check: a refused start creates nothing
-        client = CratesClient(fetcher, config.index_url, config.api_url)
-        ai = _ai_client(s, fetcher)
-        with progress("collecting", fmt) as bar:
-            report = await pipeline.collect(
-                database,
-                client,
-                _collect_settings(s, limit, skip_existing),
-                stop,
-                names,
-                resync,
-                bar,
-                ai,
-            )
+    with progress("collecting", fmt) as bar:
+        report = await pipeline.run_collect(s, stop, names, resync, limit, skip_existing, bar)
     render_collect(report, fmt)
     return exit_code(report.problems, report.interrupted, stop)
 
@@ -250,6 +200,7 @@ def seed_command(
     contact: Contact = None,
     index_rate: IndexRate = None,
     index_burst: IndexBurst = None,
+    index_budget: IndexBudget = None,
     concurrency: Concurrency = None,
     redis_url: RedisUrl = None,
     grace_period: GracePeriod = None,
@@ -260,15 +211,8 @@ def seed_command(
     wanted = guarded(lambda: _gather_names(names, seeds_file))
 
     async def body(stop: GracefulStop) -> int:
-        config = CratesConfig.from_settings(s)
-        async with config.make_fetcher() as fetcher:
-            await _check_limiter(fetcher)
-            database = Database(s.db)
-            client = CratesClient(fetcher, config.index_url, config.api_url)
-            with progress("seeding", fmt) as bar:
-                report = await pipeline.seed(
-                    database, client, wanted, stop, resync, bar, s.grace_period
-                )
+        with progress("seeding", fmt) as bar:
+            report = await pipeline.run_seed(s, wanted, stop, resync, bar)
         render_collect(report, fmt)
         return exit_code(report.problems, report.interrupted, stop)
 
@@ -371,18 +315,9 @@ def lock_command(
     s = guarded(lambda: settings_from(options))
 
     async def body(stop: GracefulStop) -> int:
-        cache = Path(s.cache_dir)
-        if lockfile is not None:  # a bad lock file is refused before anything else is asked
-            await pipeline.lock_inputs(None, [], None, False, lockfile, label, cache, stop)
-        config = CratesConfig.from_settings(s)
-        inputs = await pipeline.lock_inputs(
-            repo, tag or [], tags_matching, all_tags, lockfile, label, cache, stop
+        report = await pipeline.run_lock(
+            s, stop, repo, tag or [], tags_matching, all_tags, lockfile, label, pinned_only
         )
-        async with config.make_fetcher() as fetcher:
-            client = CratesClient(fetcher, config.index_url, config.api_url)
-            report = await pipeline.lock(
-                lambda: Database(s.db), client, inputs, cache, config.index_url, pinned_only, stop
-            )
         render_lock(report, fmt)
         return exit_code(report.problems, report.interrupted, stop)
 
@@ -442,8 +377,13 @@ def refresh_command(
     contact: Contact = None,
     api_rate: ApiRate = None,
     index_rate: IndexRate = None,
+    api_burst: ApiBurst = None,
+    index_burst: IndexBurst = None,
+    api_budget: ApiBudget = None,
+    index_budget: IndexBudget = None,
     concurrency: Concurrency = None,
     redis_url: RedisUrl = None,
+    lease_seconds: LeaseSeconds = None,
     grace_period: GracePeriod = None,
 ) -> None:
     """Re-check known crates with conditional GETs; register and collect only what changed."""
@@ -452,25 +392,10 @@ def refresh_command(
     wanted = guarded(lambda: [validate_name(n) for n in names or []])
 
     async def body(stop: GracefulStop) -> int:
-        config = CratesConfig.from_settings(s)
-        async with config.make_fetcher() as fetcher:
-            await _check_limiter(fetcher)
-            database = Database(s.db)
-            checked = await refresh(
-                database, fetcher, config.index_url, wanted, stop, grace_period=s.grace_period
-            )
-            document: dict[str, object] = {"refresh": checked.as_json()}
-            trouble = checked.failed or checked.gone or checked.index_problems
-            code = exit_code(bool(trouble), checked.interrupted, stop)
-            collected = None
-            if collect and checked.new_events and not stop.requested:
-                client = CratesClient(fetcher, config.index_url, config.api_url)
-                with progress("collecting", fmt) as bar:
-                    collected = await pipeline.collect(
-                        database, client, _collect_settings(s, None, True), stop, (), False, bar
-                    )
-                document.update(collected.as_json())
-                code = max(code, exit_code(collected.problems, collected.interrupted, stop))
+        report = await pipeline.run_refresh(
+            s, stop, wanted, collect, lambda: progress("collecting", fmt)
+        )
+        checked, collected = report.refresh, report.collected
 
         def tables() -> None:
             rows: dict[str, object] = {
@@ -492,7 +417,7 @@ def refresh_command(
             if collected is not None:
                 render_collect(collected, Format.table)
 
-        emit(fmt, document, tables)
+        emit(fmt, report.as_json(), tables)
         for name, reason in sorted(checked.failed.items()):
             line = f"{name}: {reason}"
             console.print(f"[bold red]failed:[/] {escape(line)}", highlight=False, soft_wrap=True)
@@ -501,7 +426,7 @@ def refresh_command(
             console.print(f"[yellow]skipped:[/] {escape(line)}", highlight=False, soft_wrap=True)
         if collected is not None and fmt is Format.json:
             print_reasons(collected)
-        return code
+        return exit_code(report.problems, report.interrupted, stop)
 
     run(body, s.grace_period)
 
@@ -521,26 +446,8 @@ def dbdump_command(
     s = guarded(lambda: settings_from(options))
 
     async def body(stop: GracefulStop) -> int:
-        with tempfile.TemporaryDirectory(prefix="stagecrawl-dl-") as tmp:
-            if source.startswith(("http://", "https://")):
-                if "crates.io" in source:
-                    require_contact(FetchSettings(contact=s.contact), "crates.io asks for one")
-                path = Path(tmp) / "db-dump.tar.gz"
-                settings_ = FetchSettings(contact=s.contact, timeout=300.0)
-                lanes = Lanes([Lane("download", source, Rate(s.download_rate))])
-                async with Fetcher(settings_, lanes) as fetcher:
-                    await stop.cancelling(
-                        fetcher.download(source, path, int(max_gb * 1024**3), lane="download")
-                    )
-            else:
-                path = Path(source)
-                if not path.is_file():
-                    raise InputError(f"dump {source} does not exist")
-            database = Database(s.db)
-            with progress("loading dump", fmt) as bar:
-                report = await asyncio.to_thread(
-                    load_dump, database, path, lambda _what, n: bar.update(n, None, {})
-                )
+        with progress("loading dump", fmt) as bar:
+            report = await pipeline.run_dbdump(s, stop, source, int(max_gb * 1024**3), bar)
         rate = report.versions / report.seconds if report.seconds else 0
 
         def tables() -> None:

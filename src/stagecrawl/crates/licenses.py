@@ -19,6 +19,7 @@ from stagecrawl.sca.policy import LicenseCheck, Policy, check_rows
 from stagecrawl.sca.policy import evaluate as _evaluate
 from stagecrawl.sca.reference import stable_id
 from stagecrawl.sca.spdx import LicenseReader, Normalised
+from stagecrawl.settings import DEFAULTS
 from stagecrawl.storage.db import Database
 
 # Re-exported for the crates pipeline modules that build rows with them (worker, dbdump).
@@ -140,11 +141,14 @@ def backfill(db: Database, recompute_all: bool = False) -> BackfillReport:
 
 
 async def backfill_ai(
-    db: Database, client: AiLicenseClient, stop: GracefulStop | None = None
+    db: Database,
+    client: AiLicenseClient,
+    stop: GracefulStop | None = None,
+    concurrency: int = DEFAULTS.concurrency,
 ) -> AiBackfillReport:
     """Ask the classifier again for every crates VERSION row whose LICENSE_AI is NULL."""
     identity = {"LANGUAGE": "rust", "REPOSITORY": "Cargo"}
-    return await _backfill_ai(db, db.version, identity, client, stop)
+    return await _backfill_ai(db, db.version, identity, client, stop, concurrency)
 
 
 def parse_policy(allow: list[str], deny: list[str], exceptions: list[str]) -> Policy:

@@ -9,12 +9,17 @@ ends at about the API's floor.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stagecrawl.components import download_fetcher, effective
 from stagecrawl.crates.client import CratesClient
+from stagecrawl.crates.config import ai_client, collect_settings, crates_fetcher, is_crates_io
+from stagecrawl.crates.dbdump import DumpReport, load_dump
 from stagecrawl.crates.licenses import AiLicenseClient
 from stagecrawl.crates.lock import (
     LOCKFILE,
@@ -28,12 +33,15 @@ from stagecrawl.crates.lock import (
     select_tags,
 )
 from stagecrawl.crates.queue import COLLECTED, NOT_FOUND, SKIPPED
+from stagecrawl.crates.refresh import RefreshReport, refresh
 from stagecrawl.crates.seeding import Seeder, SeedReport, add_seeds
 from stagecrawl.crates.worker import Collector, CollectSettings, CollectSummary
+from stagecrawl.engine.fetcher import Fetcher
 from stagecrawl.engine.progress import ProgressReporter
 from stagecrawl.engine.shutdown import GracefulStop, Interrupted
-from stagecrawl.engine.work import LoopStats
-from stagecrawl.errors import InputError
+from stagecrawl.engine.work import LoopSettings, LoopStats
+from stagecrawl.errors import ConfigError, InputError
+from stagecrawl.settings import DEFAULTS, Settings
 from stagecrawl.storage.db import Database
 
 
@@ -47,6 +55,8 @@ class CollectReport:
     rate_limited: dict[str, int] = field(default_factory=dict)  # 429s per lane
     ai_calls: int | None = None
     ai_warnings: int | None = None
+    settings: dict[str, Any] = field(default_factory=dict)  # what the run's parts used
+    loops: dict[str, LoopSettings] = field(default_factory=dict)  # the work loops that ran
 
     @property
     def interrupted(self) -> bool:
@@ -86,6 +96,8 @@ class CollectReport:
         document["rate_limited"] = dict(sorted(self.rate_limited.items()))
         if self.ai_calls is not None:
             document["ai"] = {"calls": self.ai_calls, "warnings": self.ai_warnings}
+        if self.settings:
+            document["settings"] = self.settings
         return document
 
 
@@ -104,7 +116,8 @@ async def seed(
     stop: GracefulStop,
     resync: bool = False,
     progress: ProgressReporter | None = None,
-    grace_period: float = 10.0,
+    grace_period: float = DEFAULTS.grace_period,
+    concurrency: int = DEFAULTS.concurrency,
 ) -> CollectReport:
     """Queue the names, then register every version the index lists for each."""
     queued = await asyncio.to_thread(add_seeds, db, names, resync)
@@ -113,8 +126,8 @@ async def seed(
         if progress is not None:
             progress.update(stats.completed, max(queued, stats.claimed), {})
 
-    seeder = Seeder(db, client, stop, on_commit=on_commit, grace_period=grace_period)
-    report = CollectReport(seed=await seeder.run())
+    seeder = Seeder(db, client, stop, concurrency, on_commit=on_commit, grace_period=grace_period)
+    report = CollectReport(seed=await seeder.run(), loops={"seed": seeder.loop.settings})
     _traffic(report, client, None)
     return report
 
@@ -143,7 +156,14 @@ async def collect(
             collector.loop.wake()
         seen = seeder.handler.registered
 
-    seeder = Seeder(db, client, stop, on_commit=seeded, grace_period=settings.grace_period)
+    seeder = Seeder(
+        db,
+        client,
+        stop,
+        settings.concurrency,
+        on_commit=seeded,
+        grace_period=settings.grace_period,
+    )
     collector = Collector(
         db,
         client,
@@ -170,7 +190,8 @@ async def collect(
         if error is not None:
             raise error
     seed_report, summary = seeding.result(), collecting.result()
-    report = CollectReport(seed=seed_report, collect=summary)
+    loops = {"seed": seeder.loop.settings, "collect": collector.loop.settings}
+    report = CollectReport(seed=seed_report, collect=summary, loops=loops)
     _traffic(report, client, ai)
     return report
 
@@ -221,6 +242,7 @@ async def lock_inputs(
 class LockReport:
     tags: list[TagReport] = field(default_factory=list)
     interrupted: bool = False
+    settings: dict[str, Any] = field(default_factory=dict)  # what the run's parts used
 
     @property
     def problems(self) -> bool:
@@ -245,6 +267,7 @@ class LockReport:
             "unique_crates": len(frozenset().union(*(r.crates for r in self.tags))),
             "new_events": sum(r.new_events for r in self.tags),
             "interrupted": self.interrupted,
+            **({"settings": self.settings} if self.settings else {}),
         }
 
 
@@ -282,3 +305,166 @@ async def lock(
             tag_report.error = "interrupted"
             break
     return report
+
+
+# ---- The commands' entry points: settings in, report out (cli/ only parses and renders) ----
+
+
+async def _check_limiter(fetcher: Fetcher) -> None:
+    """A shared rate limit that cannot be reached at the start is a configuration error (one
+    line, exit 2, the URL's password masked), found before anything is opened or asked."""
+    check = getattr(fetcher.limiter, "check", None)
+    if check is not None:
+        await check()
+
+
+async def run_seed(
+    s: Settings,
+    names: Sequence[str],
+    stop: GracefulStop,
+    resync: bool = False,
+    progress: ProgressReporter | None = None,
+) -> CollectReport:
+    """`crates seed`: register every version the index lists for each name."""
+    async with crates_fetcher(s) as fetcher:
+        await _check_limiter(fetcher)
+        database = Database(s.db)  # after every check: a refused start creates nothing
+        client = CratesClient(fetcher, s.index_url, s.api_url)
+        report = await seed(
+            database, client, names, stop, resync, progress, s.grace_period, s.concurrency
+        )
+        report.settings = effective(fetcher, report.loops)
+    return report
+
+
+async def run_collect(
+    s: Settings,
+    stop: GracefulStop,
+    names: Sequence[str] = (),
+    resync: bool = False,
+    limit: int | None = None,
+    skip_existing: bool = True,
+    progress: ProgressReporter | None = None,
+) -> CollectReport:
+    """`crates collect` (no names) and `crates crawl` (names seeded alongside)."""
+    async with crates_fetcher(s) as fetcher:
+        await _check_limiter(fetcher)
+        database = Database(s.db)  # after every check: a refused start creates nothing
+        client = CratesClient(fetcher, s.index_url, s.api_url)
+        settings = collect_settings(s, limit, skip_existing)
+        ai = ai_client(s, fetcher)
+        report = await collect(database, client, settings, stop, names, resync, progress, ai)
+        report.settings = effective(fetcher, report.loops)
+        report.settings["lease_seconds"] = settings.lease_seconds
+    return report
+
+
+async def run_lock(
+    s: Settings,
+    stop: GracefulStop,
+    repo: str | None,
+    tags: Sequence[str],
+    pattern: str | None,
+    all_tags: bool,
+    lockfile: Path | None,
+    label: str | None,
+    pinned_only: bool,
+) -> LockReport:
+    """`crates lock`: the inputs are checked (a bad lock file refused) before anything is asked
+    or opened; then each tag's lock is registered."""
+    cache = Path(s.cache_dir)
+    if lockfile is not None:
+        await lock_inputs(None, [], None, False, lockfile, label, cache, stop)
+    fetcher = crates_fetcher(s)  # settings checked before a repository is cloned
+    async with fetcher:
+        inputs = await lock_inputs(repo, tags, pattern, all_tags, lockfile, label, cache, stop)
+        client = CratesClient(fetcher, s.index_url, s.api_url)
+        report = await lock(
+            lambda: Database(s.db), client, inputs, cache, s.index_url, pinned_only, stop
+        )
+        report.settings = effective(fetcher, {})
+    return report
+
+
+@dataclass
+class RefreshRunReport:
+    """`crates refresh`: the conditional re-check, then (optionally) the collect it led to."""
+
+    refresh: RefreshReport
+    collected: CollectReport | None = None
+    settings: dict[str, Any] = field(default_factory=dict)  # what the run's parts used
+
+    @property
+    def problems(self) -> bool:
+        r = self.refresh
+        return bool(r.failed or r.gone or r.index_problems) or bool(
+            self.collected and self.collected.problems
+        )
+
+    @property
+    def interrupted(self) -> bool:
+        return self.refresh.interrupted or bool(self.collected and self.collected.interrupted)
+
+    def as_json(self) -> dict[str, Any]:
+        document: dict[str, Any] = {"refresh": self.refresh.as_json()}
+        if self.collected is not None:
+            document.update(self.collected.as_json())
+        document["settings"] = self.settings
+        return document
+
+
+async def run_refresh(
+    s: Settings,
+    stop: GracefulStop,
+    names: Sequence[str],
+    then_collect: bool = True,
+    progress: Callable[[], ProgressReporter] | None = None,
+) -> RefreshRunReport:
+    async with crates_fetcher(s) as fetcher:
+        await _check_limiter(fetcher)
+        database = Database(s.db)
+        checked = await refresh(
+            database, fetcher, s.index_url, list(names), stop, s.concurrency, s.grace_period
+        )
+        loops = {"refresh": LoopSettings(concurrency=s.concurrency, grace_period=s.grace_period)}
+        report = RefreshRunReport(checked)
+        settings = collect_settings(s)
+        if then_collect and checked.new_events and not stop.requested:
+            client = CratesClient(fetcher, s.index_url, s.api_url)
+            bar = progress() if progress is not None else None
+            with bar or contextlib.nullcontext():
+                report.collected = await collect(database, client, settings, stop, progress=bar)
+            loops.update(report.collected.loops)
+        report.settings = effective(fetcher, loops) | {"lease_seconds": settings.lease_seconds}
+    return report
+
+
+async def run_dbdump(
+    s: Settings,
+    stop: GracefulStop,
+    source: str,
+    max_bytes: int,
+    progress: ProgressReporter | None = None,
+) -> DumpReport:
+    """`crates dbdump`: download the dump (or read a local one), then load it."""
+    with tempfile.TemporaryDirectory(prefix="stagecrawl-dl-") as tmp:
+        if source.startswith(("http://", "https://")):
+            if is_crates_io(source) and not (s.contact or "").strip():
+                raise ConfigError(
+                    "a contact is required: crates.io asks for one. Pass --contact"
+                    " EMAIL-OR-URL or set STAGECRAWL_CONTACT."
+                )
+            path = Path(tmp) / "db-dump.tar.gz"
+            async with download_fetcher(s, source) as fetcher:
+                await stop.cancelling(fetcher.download(source, path, max_bytes, lane="download"))
+        else:
+            path = Path(source)
+            if not path.is_file():
+                raise InputError(f"dump {source} does not exist")
+        database = Database(s.db)
+
+        def advance(_what: str, n: int) -> None:
+            if progress is not None:
+                progress.update(n, None, {})
+
+        return await asyncio.to_thread(load_dump, database, path, advance)

@@ -26,6 +26,7 @@ from stagecrawl.engine.fetcher import Fetcher, Validators
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.engine.work import LoopSettings, MemoryQueue, WorkLoop
 from stagecrawl.errors import FetchError, NotFound
+from stagecrawl.settings import DEFAULTS
 from stagecrawl.storage.bulk import upsert
 from stagecrawl.storage.db import Database
 
@@ -76,8 +77,8 @@ async def refresh(
     index_url: str,
     names: list[str] | None,
     stop: GracefulStop | None = None,
-    concurrency: int = 16,
-    grace_period: float = 10.0,
+    concurrency: int = DEFAULTS.concurrency,
+    grace_period: float = DEFAULTS.grace_period,
 ) -> RefreshReport:
     """Ask the index about every known crate (or `names`), on the work loop."""
     report = RefreshReport()

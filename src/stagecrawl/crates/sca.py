@@ -8,6 +8,7 @@ import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
+from stagecrawl.components import build_fetcher, download_fetcher
 from stagecrawl.crates.audit import (
     AuditReport,
     audit,
@@ -25,7 +26,6 @@ from stagecrawl.crates.licenses import (
     parse_policy,
 )
 from stagecrawl.crates.osv import import_advisories
-from stagecrawl.engine.fetcher import Fetcher, FetchSettings
 from stagecrawl.engine.ratelimit import Lane, Lanes, Rate
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.errors import InputError, StorageError
@@ -45,11 +45,7 @@ async def download_or_path(
 ) -> bytes | Path:
     """A URL is fetched on the download lane (into memory up to `limit`); a path is checked."""
     if source.startswith(("http://", "https://")):
-        settings_ = FetchSettings(
-            max_body_bytes=limit, deadline=600.0, timeout=s.timeout, contact=s.contact
-        )
-        lanes = Lanes([Lane("download", source, Rate(s.download_rate))])
-        async with Fetcher(settings_, lanes) as fetcher:
+        async with download_fetcher(s, source, max_body_bytes=limit) as fetcher:
             return (await stop.cancelling(fetcher.get(source, lane="download"))).content
     path = Path(source)
     if not path.exists():
@@ -137,10 +133,9 @@ async def backfill_licenses(
     ai_report: AiBackfillReport | None = None
     if s.ai_license_url:
         lanes = Lanes([Lane("ai", s.ai_license_url, Rate(s.ai_rate))])
-        fetch = FetchSettings(contact=s.contact, timeout=s.timeout, retries=s.retries)
-        async with Fetcher(fetch, lanes) as fetcher:
+        async with build_fetcher(s, lanes) as fetcher:
             ai_client = AiLicenseClient(fetcher, s.ai_license_url)
-            ai_report = await backfill_ai(database, ai_client, stop)
+            ai_report = await backfill_ai(database, ai_client, stop, s.concurrency)
     return report, ai_report
 
 

@@ -43,6 +43,7 @@ from stagecrawl.engine.work import LoopSettings, LoopStats, WorkLoop
 from stagecrawl.errors import FetchError, InputError, LimiterUnavailable, NotFound
 from stagecrawl.queue import Handler, QueueRun
 from stagecrawl.secrets import redact
+from stagecrawl.settings import DEFAULTS
 from stagecrawl.storage.db import Database
 
 log = logging.getLogger("stagecrawl.seed")
@@ -199,10 +200,10 @@ class Seeder:
         db: Database,
         client: CratesClient,
         stop: GracefulStop,
-        concurrency: int = 8,
+        concurrency: int = DEFAULTS.concurrency,
         resync_all: bool = False,
         on_commit: Callable[[LoopStats], None] | None = None,
-        grace_period: float = 10.0,
+        grace_period: float = DEFAULTS.grace_period,
     ) -> None:
         self.report = SeedReport()
         self.client = client

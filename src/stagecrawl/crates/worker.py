@@ -46,6 +46,7 @@ from stagecrawl.engine.work import LoopSettings, LoopStats, WorkLoop
 from stagecrawl.errors import FetchError, LimiterUnavailable, NotFound, RateLimited
 from stagecrawl.queue import Handler, QueueRun, RunSettings, WorkerProgress, worker_id
 from stagecrawl.secrets import redact
+from stagecrawl.settings import DEFAULTS
 from stagecrawl.storage.db import Database
 
 __all__ = [
@@ -83,15 +84,17 @@ def single_sqlite_writer(db: Database) -> Iterator[None]:
 
 @dataclass
 class CollectSettings:
-    concurrency: int = 8
+    """The collector's knobs; those in the settings table take their defaults from it."""
+
+    concurrency: int = DEFAULTS.concurrency
     claim_crates: int = 0  # crates held ready beyond the workers; 0 = the concurrency
-    lease_seconds: float = 900.0
+    lease_seconds: float = DEFAULTS.lease_seconds
     skip_existing: bool = True
     limit: int | None = None
-    grace_period: float = 30.0
+    grace_period: float = DEFAULTS.grace_period
     heartbeat_interval: float = 5.0
-    commit_batch: int = 32  # crates per transaction at most (group commit)
-    commit_linger: float = 0.0  # seconds a partial batch may wait for more crates
+    commit_batch: int = DEFAULTS.commit_batch  # crates per transaction at most (group commit)
+    commit_linger: float = DEFAULTS.commit_linger  # seconds a partial batch may wait
     poll_interval: float = 1.0
 
     def __post_init__(self) -> None:

@@ -47,6 +47,7 @@ from stagecrawl.errors import (
     RateLimited,
     TransientError,
 )
+from stagecrawl.settings import DEFAULTS
 
 MiB = 1024 * 1024
 NOT_FOUND_STATUSES = frozenset({404, 410, 451})
@@ -55,16 +56,16 @@ REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 
 @dataclass
 class FetchSettings:
-    """Fetcher settings with their documented defaults (see docs/operations.md)."""
+    """Fetcher settings; the defaults of those in the settings table come from it."""
 
-    timeout: float = 15.0  # connect, and each read: a stalled socket
-    deadline: float = 60.0  # one whole exchange: connect + headers + body
-    download_deadline: float = 3600.0  # one whole streamed download (a database dump)
-    retries: int = 3  # transient failures retried after the first attempt
+    timeout: float = DEFAULTS.timeout  # connect, and each read: a stalled socket
+    deadline: float = DEFAULTS.deadline  # one whole exchange: connect + headers + body
+    download_deadline: float = DEFAULTS.download_deadline  # one streamed download (a dump)
+    retries: int = DEFAULTS.retries  # transient failures retried after the first attempt
     backoff_base: float = 1.0
     backoff_cap: float = 60.0
-    max_retry_after: float = 600.0  # the most one request waits on 429s and cooldowns
-    max_body_bytes: int = 64 * MiB
+    max_retry_after: float = DEFAULTS.max_retry_after  # most one request waits on 429s
+    max_body_bytes: int = int(DEFAULTS.max_body_mb * MiB)
     max_redirects: int = 5
     max_connections: int = 64
     contact: str | None = None

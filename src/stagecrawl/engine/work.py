@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
 from stagecrawl.engine.shutdown import GracefulStop
+from stagecrawl.settings import DEFAULTS
 
 log = logging.getLogger("stagecrawl.work")
 
@@ -65,13 +66,13 @@ class WorkQueue(Protocol[U, R_contra]):
 
 @dataclass
 class LoopSettings:
-    """Work-loop settings with their documented defaults (see docs/operations.md)."""
+    """Work-loop settings; the defaults of those in the settings table come from it."""
 
-    concurrency: int = 8
+    concurrency: int = DEFAULTS.concurrency
     claim_ahead: int = 0  # units held ready beyond the workers; 0 = the concurrency
-    commit_batch: int = 64  # results per `complete` call at most
-    commit_linger: float = 0.0  # seconds a partial batch may wait for more results
-    grace_period: float = 10.0  # seconds in-flight work may take to finish after a stop
+    commit_batch: int = DEFAULTS.commit_batch  # results per `complete` call at most
+    commit_linger: float = DEFAULTS.commit_linger  # seconds a partial batch may wait
+    grace_period: float = DEFAULTS.grace_period  # seconds in-flight work may take after a stop
     poll_interval: float = 1.0  # seconds between claims when work is held elsewhere
 
     def __post_init__(self) -> None:

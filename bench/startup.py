@@ -1,0 +1,87 @@
+"""How long the `stagecrawl` command takes to start, against `python -c pass`.
+
+    python bench/startup.py [--runs 5] [--against /path/to/other/src]
+
+Each command runs `--runs` times as a user runs it (a fresh interpreter: `python -m
+stagecrawl …`, this tree's `src` first on PYTHONPATH); the table shows the median wall time,
+and its ratio to the interpreter's own start-up (`python -c pass`) and to the import of the
+CLI framework alone (typer with its help renderer), both measured in the same run. With
+`--against`, the same commands from another tree (e.g. main's `src`) run interleaved with
+these, for a before/after under the same load. Issue 20's targets: `--version` ≤ 0.15 s,
+`--help` and `status` ≤ 0.4 s (median of 5 on an idle machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def seconds(argv: list[str], env: dict[str, str]) -> tuple[float, int]:
+    started = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, env=env)
+    return time.perf_counter() - started, done.returncode
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--against", type=Path, help="another tree's src folder")
+    args = parser.parse_args()
+    base = {k: v for k, v in os.environ.items() if not k.startswith("STAGECRAWL_")}
+    trees = {"this tree": SRC} | ({"against": args.against} if args.against else {})
+    envs = {name: {**base, "PYTHONPATH": str(src)} for name, src in trees.items()}
+    python = [sys.executable]
+    with tempfile.TemporaryDirectory() as tmp:
+        db = f"sqlite:///{Path(tmp) / 'empty.db'}"
+        cases = [
+            ("python -c pass (baseline)", [*python, "-c", "pass"]),
+            ("import typer + its help renderer", [*python, "-c", "import typer.rich_utils"]),
+            ("stagecrawl --version", [*python, "-m", "stagecrawl", "--version"]),
+            ("stagecrawl --help", [*python, "-m", "stagecrawl", "--help"]),
+            ("stagecrawl crates --help", [*python, "-m", "stagecrawl", "crates", "--help"]),
+            (
+                "stagecrawl status (no database)",
+                [*python, "-m", "stagecrawl", "status", "--db", db],
+            ),
+        ]
+        times: dict[tuple[str, str], list[float]] = {}
+        codes: dict[tuple[str, str], int] = {}
+        for _ in range(args.runs):  # interleaved: a change of load hits every row alike
+            for label, argv in cases:
+                for tree, env in envs.items():
+                    took, code = seconds(argv, env)
+                    times.setdefault((label, tree), []).append(took)
+                    codes[(label, tree)] = code
+    table = Table(title=f"start-up, median of {args.runs}", title_justify="left")
+    for column in ("command", "tree", "exit", "median s", "× python", "× typer import"):
+        table.add_column(column, justify="left" if column in ("command", "tree") else "right")
+    for label, _ in cases:
+        for tree in envs:
+            median = statistics.median(times[(label, tree)])
+            baseline = statistics.median(times[(cases[0][0], tree)])
+            framework = statistics.median(times[(cases[1][0], tree)])
+            table.add_row(
+                label,
+                tree,
+                str(codes[(label, tree)]),
+                f"{median:.3f}",
+                f"{median / baseline:.1f}",
+                f"{median / framework:.2f}",
+            )
+    Console().print(table)
+
+
+if __name__ == "__main__":
+    main()

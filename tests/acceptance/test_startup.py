@@ -1,0 +1,83 @@
+"""Start-up: every command is still there and works when its module is imported only as it
+runs; a signal during start-up ends the process with 130/143 and no traceback. (How fast it
+starts is measured in bench/startup.py, never asserted here.)"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from stagecrawl.cli.commands import LAZY, load
+from tests.cli import cli_env, stagecrawl
+
+
+def test_version_and_help_list_every_command() -> None:
+    version = stagecrawl("--version")
+    assert version.returncode == 0 and version.stdout.startswith("stagecrawl ")
+    listed = stagecrawl("--help")
+    assert listed.returncode == 0
+    for name in LAZY:
+        assert f" {name} " in listed.stdout, name
+
+
+@pytest.mark.parametrize("name", sorted(LAZY))
+def test_each_command_loads_and_answers_help(name: str) -> None:
+    command = load(name)
+    assert command.name == name
+    done = stagecrawl(name, "--help")
+    assert done.returncode == 0, done.stderr
+    assert "Usage:" in done.stdout and "Traceback" not in done.stderr
+
+
+def test_help_imports_no_engine_database_or_pipeline() -> None:
+    probe = (
+        "import sys\n"
+        "from stagecrawl.cli import main\n"
+        "sys.argv = ['stagecrawl', '--help']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "heavy = [m for m in ('aiohttp', 'sqlalchemy', 'stagecrawl.crates.pipeline',"
+        " 'stagecrawl.aircraft.run', 'stagecrawl.crates.licenses', 'asyncio')"
+        " if m in sys.modules]\n"
+        "print('HEAVY', heavy, file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=cli_env(), timeout=120
+    )
+    assert "HEAVY []" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"]
+)
+@pytest.mark.parametrize("when", ["typer", "stagecrawl.cli.commands", "sqlalchemy.engine"])
+def test_a_signal_during_start_up_exits_quietly(
+    signum: int, code: int, when: str, tmp_path: Path
+) -> None:
+    """The signal lands while the CLI is still importing (`-X importtime` says how far it
+    got: the signal is sent once `when` is imported): 130/143, and never a traceback."""
+    proc = subprocess.Popen(
+        [sys.executable, "-X", "importtime", "-m", "stagecrawl", "status", "--db",
+         f"sqlite:///{tmp_path}/no.db"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(),
+    )  # fmt: skip
+    assert proc.stderr is not None
+    seen: list[str] = []
+    for line in proc.stderr:
+        seen.append(line)
+        if line.rstrip().endswith(f"| {when}") or line.rstrip().endswith(f" {when}"):
+            proc.send_signal(signum)
+            break
+    else:
+        pytest.fail("".join(seen[-20:]))
+    rest = proc.stderr.read()
+    proc.wait(timeout=60)
+    messages = [line for line in rest.splitlines() if not line.startswith("import time:")]
+    assert proc.returncode == code, messages
+    assert not any("Traceback" in m or "KeyboardInterrupt" in m for m in messages), messages
