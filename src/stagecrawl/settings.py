@@ -107,7 +107,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     _s(
         "grace_period",
-        30.0,
+        10.0,
         float,
         "seconds in-flight work may take to finish after SIGINT/SIGTERM",
         check="non-negative",

@@ -27,7 +27,7 @@ from rich.markup import escape
 from sqlalchemy.exc import SQLAlchemyError
 
 from stagecrawl.engine.progress import ProgressReporter, summary_table
-from stagecrawl.engine.shutdown import GracefulStop, Interrupted
+from stagecrawl.engine.shutdown import GracefulStop, Interrupted, Unsent
 from stagecrawl.errors import (
     ConfigError,
     InputError,
@@ -158,7 +158,7 @@ def run(body: Callable[[GracefulStop], Coroutine[Any, Any, int]], grace: float =
                 await asyncio.wait({task}, timeout=grace + 2.0)
             if not task.done():
                 task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Interrupted):
+                with contextlib.suppress(asyncio.CancelledError, Interrupted, Unsent):
                     await task
                 console.print(
                     f"stopped after the grace period ({grace:g}s); what was written stays",
@@ -167,7 +167,7 @@ def run(body: Callable[[GracefulStop], Coroutine[Any, Any, int]], grace: float =
                 return stop.exit_code
             try:
                 code = task.result()
-            except Interrupted:
+            except (Interrupted, Unsent):  # Unsent: stopped while waiting to send (no loop)
                 return stop.exit_code
         return stop.exit_code if stop.requested else code
 

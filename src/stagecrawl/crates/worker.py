@@ -102,7 +102,7 @@ class CollectSettings:
     lease_seconds: float = 900.0
     skip_existing: bool = True
     limit: int | None = None
-    grace_period: float = 30.0
+    grace_period: float = 10.0
     heartbeat_interval: float = 5.0
     commit_batch: int = 32  # crates per transaction at most (group commit)
     commit_linger: float = 0.0  # seconds a partial batch may wait for more crates
@@ -505,6 +505,8 @@ class Collector:
             self.summary.index_problems[entry.real_name] = entry.problem_lines()
         if unreadable:
             outcomes += self._index_line_failures(entry, unreadable)
+        self.client.forget(real)  # rows built: the run cache need not keep this crate
+        self.client.forget(entry.real_name)
         return outcomes, versions, (product_row(entry, api, now), index_state_row(entry, now))
 
     def _index_line_failures(self, entry: IndexEntry, events: list[Claimed]) -> list[Outcome]:
