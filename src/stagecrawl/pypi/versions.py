@@ -43,15 +43,3 @@ def is_final(text: str) -> bool:
     """A final release (no pre-, dev- part; post-releases count as final, as pip sees them)."""
     parsed = parse(text)
     return parsed is not None and not parsed.is_prerelease
-
-
-def latest_version(pairs: Iterable[tuple[str, bool]]) -> str | None:
-    """LATEST_VERSION from (version, yanked) pairs: the highest non-yanked final release,
-    else the highest version of all."""
-    listed = list(pairs)
-    finals = [v for v, yanked in listed if not yanked and is_final(v)]
-    if finals:
-        return max(finals, key=sort_key)
-    if listed:
-        return max((v for v, _ in listed), key=sort_key)
-    return None

@@ -96,11 +96,13 @@ def registry_tables(
     seed_name: str | None = None,
     version_extra: Sequence[Column[Any]] = (),
     product_extra: Sequence[Column[Any]] = (),
+    dependencies_nullable: bool = False,
 ) -> RegistryTables:
     """Declare `TB_COMP_LIB_<code>_LIST`, `TB_COMP_LIB_VERSION_<code>`,
     `TB_COMP_LIB_PRODUCT_<code>` and the seed queue (`TB_STAGECRAWL_SEED_<code>` unless
     `seed_name`) on `metadata`: the same column set for every registry, with the registry's
-    own facts in added nullable columns (`version_extra`, `product_extra`)."""
+    own facts in added nullable columns (`version_extra`, `product_extra`).
+    `dependencies_nullable`: DEPENDENCIES may be NULL, "unknown" (PyPI: no metadata)."""
 
     def ident(length: int) -> String:
         return String(length, collation=ci)
@@ -143,7 +145,7 @@ def registry_tables(
         Column("LICENSE_IDS", JsonText),
         Column("LICENSE_EXPRESSION", Text),
         Column("LICENSE_AI", JsonText),
-        Column("DEPENDENCIES", JsonText, nullable=False),
+        Column("DEPENDENCIES", JsonText, nullable=dependencies_nullable),
         Column("FEATURES", JsonText, nullable=False),
         Column("CHECKSUM", String(64)),
         Column("YANKED", Boolean, nullable=False),
@@ -194,28 +196,16 @@ def registry_tables(
     return RegistryTables(code, events, version, product, seed)
 
 
-def build_metadata(ci: str | None, mysql_kw: dict[str, Any]) -> MetaData:
-    metadata = MetaData()
+def vuln_tables(metadata: MetaData, code: str, ci: str | None, mysql_kw: dict[str, Any]) -> None:
+    """Declare `TB_COMP_LIB_VULN_<code>_V1` (CVE-keyed rows of the packages in scope), `_RAW`
+    (every advisory for every package it names) and `_HIT` (collected versions each advisory
+    hits) on `metadata`: one schema for every registry (CARGO, PYPI)."""
 
     def ident(length: int) -> String:
         return String(length, collation=ci)
 
-    # Each registry's tables (a new registry adds its line here; its extra columns are its own)
-    metadata.info["registries"] = {
-        "RUST": registry_tables(metadata, "RUST", ci, mysql_kw, seed_name="TB_STAGECRAWL_SEED"),
-    }
     Table(
-        "TB_LICENSE_V2",
-        metadata,
-        Column("ID", Integer, primary_key=True, autoincrement=False),
-        Column("NAME_SHORT", String(128), nullable=False),
-        Column("NAME", String(255)),
-        Column("MAPPING", JsonText),
-        Column("URL", String(255)),
-        **mysql_kw,
-    )
-    Table(
-        "TB_COMP_LIB_VULN_CARGO_V1",
+        f"TB_COMP_LIB_VULN_{code}_V1",
         metadata,
         Column("PRODUCT_KEY", ident(64), primary_key=True),
         Column("VULN_ID", String(64), primary_key=True),
@@ -228,7 +218,7 @@ def build_metadata(ci: str | None, mysql_kw: dict[str, Any]) -> MetaData:
         **mysql_kw,
     )
     Table(
-        "TB_COMP_LIB_VULN_CARGO_RAW",
+        f"TB_COMP_LIB_VULN_{code}_RAW",
         metadata,
         Column("OSV_ID", String(64), primary_key=True),
         Column("PRODUCT_KEY", ident(64), primary_key=True),
@@ -248,7 +238,7 @@ def build_metadata(ci: str | None, mysql_kw: dict[str, Any]) -> MetaData:
         **mysql_kw,
     )
     Table(
-        "TB_COMP_LIB_VULN_CARGO_HIT",
+        f"TB_COMP_LIB_VULN_{code}_HIT",
         metadata,
         Column("PRODUCT_KEY", ident(64), primary_key=True),
         Column("VERSION", ident(100), primary_key=True),
@@ -258,6 +248,53 @@ def build_metadata(ci: str | None, mysql_kw: dict[str, Any]) -> MetaData:
         info=DERIVED_FROM_OSV,
         **mysql_kw,
     )
+
+
+def build_metadata(ci: str | None, mysql_kw: dict[str, Any]) -> MetaData:
+    metadata = MetaData()
+
+    def ident(length: int) -> String:
+        return String(length, collation=ci)
+
+    # Each registry's tables (a new registry adds its line here; its extra columns are its own)
+    metadata.info["registries"] = {
+        "RUST": registry_tables(metadata, "RUST", ci, mysql_kw, seed_name="TB_STAGECRAWL_SEED"),
+        "PYPI": registry_tables(
+            metadata,
+            "PYPI",
+            ci,
+            mysql_kw,
+            version_extra=[  # PyPI's own facts (docs/pypi.md)
+                Column("YANKED_REASON", Text),
+                Column("REQUIRES_PYTHON", String(255)),
+                Column("EXTRAS", JsonText),  # Provides-Extra; NULL: unknown
+                Column("FILES", JsonText),  # filename, hashes, size, upload_time, yanked …
+                Column("DEPENDENCY_SOURCE", String(16)),  # metadata | json-api | NULL
+                Column("LICENSE_SOURCE", String(32)),
+                Column("VERSION_VALID", Boolean),  # PEP 440
+            ],
+            product_extra=[
+                Column("PROJECT_STATUS", String(16)),  # PEP 792
+                Column("LAST_SERIAL", BigCount),
+                Column("ETAG", String(255)),
+                Column("INVALID_VERSIONS", JsonText),
+            ],
+            dependencies_nullable=True,  # NULL: unknown (never "none", which is [])
+        ),
+    }
+    Table(
+        "TB_LICENSE_V2",
+        metadata,
+        Column("ID", Integer, primary_key=True, autoincrement=False),
+        Column("NAME_SHORT", String(128), nullable=False),
+        Column("NAME", String(255)),
+        Column("MAPPING", JsonText),
+        Column("URL", String(255)),
+        **mysql_kw,
+    )
+    # Each registry's advisory tables, one schema (the organisation's VULN_<X>_V1 format)
+    for code in ("CARGO", "PYPI"):
+        vuln_tables(metadata, code, ci, mysql_kw)
     Table(
         "TB_COMP_LIB_RUST_INDEX_STATE",
         metadata,
