@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -356,6 +357,20 @@ def _parse(setting: Setting, raw: str) -> Any:
         raise ConfigError(f"{setting.env} must be {kind}, got {raw!r}") from None
 
 
+_BUDGET_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "": 1.0}
+
+
+def parse_budget(text: str) -> tuple[int, float]:
+    """`600/600s`, `600/10m`, `5000/1h` (a bare number of seconds works too) → (limit, seconds).
+    The one reading of a budget: the engine's `Budget.parse` uses it, and it lives here so the
+    settings never import the engine (the engine takes its defaults from the settings)."""
+    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
+    if not match:
+        raise ValueError(f"a budget is LIMIT/WINDOW such as 600/600s or 600/10m, not {text!r}")
+    limit, amount, unit = match.groups()
+    return int(limit), float(amount) * _BUDGET_UNITS[unit]
+
+
 def _check(setting: Setting, value: Any, source: str) -> None:
     if setting.kind in (int, float):
         _check_number(setting, value, source)
@@ -367,13 +382,11 @@ def _check(setting: Setting, value: Any, source: str) -> None:
     elif check == "db-url":
         _check_db_url(str(value), source)
     elif check == "budgets":
-        from stagecrawl.engine.ratelimit import Budget  # the engine's own reading of it
-
         text = str(value).strip()
         for part in [] if text.lower() == "none" else text.split(","):
             if part.strip():
                 try:
-                    Budget.parse(part)
+                    parse_budget(part)
                 except ValueError as exc:
                     raise ConfigError(f"{source}: {exc}") from None
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import enum
 import logging
 import math
-import re
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from urllib.parse import urlsplit
 
 from stagecrawl.engine.clock import Clock, RealClock
 from stagecrawl.engine.shutdown import GracefulStop, Unsent, sleep_unless_stopped
+from stagecrawl.settings import parse_budget
 
 log = logging.getLogger("stagecrawl.pacing")
 
@@ -62,9 +62,6 @@ class Rate:
         return 1.0 / self.per_second
 
 
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "": 1.0}
-
-
 @dataclass(frozen=True)
 class Budget:
     """At most `limit` requests in any window of `window` seconds."""
@@ -79,11 +76,7 @@ class Budget:
     @classmethod
     def parse(cls, text: str) -> Budget:
         """`600/600s`, `600/10m`, `5000/1h` (a bare number of seconds works too)."""
-        match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
-        if not match:
-            raise ValueError(f"a budget is LIMIT/WINDOW such as 600/600s or 600/10m, not {text!r}")
-        limit, amount, unit = match.groups()
-        return cls(int(limit), float(amount) * _UNITS[unit])
+        return cls(*parse_budget(text))
 
     def text(self) -> str:
         return f"{self.limit}/{self.window:g}s"
