@@ -5,6 +5,13 @@ environment) is registered here when it is read; `redact` replaces each with `**
 and `RedactingFilter` does the same to every log record, so a message that quotes a URL or
 an error that echoes one (a driver's, a library's) cannot leak it. `mask_url` gives the
 printable form of a URL.
+
+A URL given slightly wrong is still a secret: `crawler:pw@host/db` (no scheme),
+`mysql+pymysql//u:pw@h`, `mysql+pymysql:/u:pw@h`, `:pw@host`, a host `[x` that `urlsplit`
+refuses. So the password is also found by pattern — anything that looks like `user:pass@`,
+parsed or not — and `redact` masks that pattern (and `password=`-like query parameters) in
+every text, registered or not. Written by hand: no library masks credentials in free text,
+and the pattern is two regular expressions.
 """
 
 from __future__ import annotations
@@ -17,6 +24,18 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 MASK = "***"
 SECRET_PARAMS = re.compile(r"pass(word)?|passwd|pwd|secret|token|api[-_]?key|auth", re.IGNORECASE)
+# `[scheme:[//]]user:password@` anywhere in a text. The password runs to the last `@` of its
+# word (urlsplit's rule: a password may hold `@`); the user part holds no `:`, `/` or `@`.
+USERINFO = re.compile(
+    r"(?P<lead>(?:[A-Za-z][A-Za-z0-9+.\-]*:/{0,3})?[^\s:/@'\"<>()\[\]{},]*)"
+    r":(?!/)(?P<password>[^\s'\"<>]+)@"
+)
+# `?password=…` (or `&token=…`, `;pwd=…`) in a query, parsed or not.
+SECRET_QUERY = re.compile(
+    r"(?P<key>[?&;][^=&#\s'\"]*(?:pass(?:word)?|passwd|pwd|secret|token|api[-_]?key|auth)"
+    r"[^=&#\s'\"]*=)(?P<value>[^&#\s'\"]+)",
+    re.IGNORECASE,
+)
 _known: set[str] = set()
 
 
@@ -28,9 +47,17 @@ def register(secret: str | None) -> None:
 
 
 def register_url(url: str | None) -> None:
-    """Register the password and secret query parameters of a URL."""
+    """Register the password and secret query parameters of a URL, well-formed or not."""
     if not url:
         return
+    for match in USERINFO.finditer(url):  # whatever urlsplit makes of it
+        password = match["password"]
+        for candidate in (password, password.split("@", 1)[0]):
+            register(candidate)
+            register(unquote(candidate))
+    for match in SECRET_QUERY.finditer(url):
+        register(match["value"])
+        register(unquote(match["value"]))
     try:
         parts = urlsplit(url)
         password = parts.password
@@ -53,6 +80,8 @@ def mask_url(url: str) -> str:
         password = parts.password
     except ValueError:
         return redact(url)
+    if "://" not in url:  # not a URL urlsplit understands: mask by pattern only
+        return redact(url)
     masked = url
     if password is not None:
         userinfo, at, rest = masked.partition("@")
@@ -68,13 +97,19 @@ def mask_url(url: str) -> str:
         ]
         if any(v == MASK for _, v in pairs):
             masked = f"{base}?{urlencode(pairs, safe='*')}{hash_}{fragment}"
-    return masked
+    return redact(masked)
 
 
 def redact(text: str) -> str:
+    """`text` with every registered secret, every `user:password@` and every secret query
+    parameter replaced by `***`."""
     for secret in sorted(_known, key=len, reverse=True):
         if secret in text:
             text = text.replace(secret, MASK)
+    if "@" in text:
+        text = USERINFO.sub(lambda m: f"{m['lead']}:{MASK}@", text)
+    if "=" in text:
+        text = SECRET_QUERY.sub(lambda m: f"{m['key']}{MASK}", text)
     return text
 
 
@@ -135,9 +170,8 @@ class RedactingFilter(logging.Filter):
     """Masks known secrets in every record that passes through the handler it is on."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if _known:
-            message = record.getMessage()
-            clean = redact(message)
-            if clean != message:
-                record.msg, record.args = clean, None
+        message = record.getMessage()
+        clean = redact(message)
+        if clean != message:
+            record.msg, record.args = clean, None
         return True

@@ -376,7 +376,7 @@ def _check(setting: Setting, value: Any, source: str) -> None:
         _check_number(setting, value, source)
     check = setting.check
     if check == "url":
-        _check_http_url(str(value), source)
+        check_http_url(str(value), source)
     elif check == "redis-url":
         _check_redis_url(str(value), source)
     elif check == "db-url":
@@ -420,7 +420,8 @@ def _port_ok(netloc_parts: Any) -> bool:
     return True
 
 
-def _check_http_url(value: str, source: str) -> None:
+def check_http_url(value: str, source: str) -> None:
+    """An http(s) URL with a host and a numeric port, else a ConfigError (password masked)."""
     from urllib.parse import urlsplit
 
     try:
@@ -472,13 +473,34 @@ def _check_db_url(value: str, source: str) -> None:
         elif not _port_ok(parts):
             problem = "has a port that is not a number from 0 to 65535"
         else:
-            for key, _ in parse_qsl(parts.query, keep_blank_values=True, strict_parsing=False):
-                if not key:
-                    problem = "has a malformed query"
+            keys = [k for k, _ in parse_qsl(parts.query, keep_blank_values=True)]
+            if any(not key for key in keys):
+                problem = "has a malformed query"
+            elif parts.scheme.endswith("+pymysql"):
+                # SQLAlchemy hands the query to the driver as keyword arguments: an unknown
+                # one would fail at connect time as a TypeError.
+                accepted = _pymysql_parameters()
+                unknown = sorted(set(keys) - accepted) if accepted else []
+                if unknown:
+                    problem = (
+                        "has query parameters the MySQL driver (PyMySQL) does not take:"
+                        f" {', '.join(unknown)}"
+                    )
     except ValueError:
         problem = "is malformed"
     if problem:
         raise ConfigError(f"{source} {problem}: {mask_url(value)!r}")
+
+
+def _pymysql_parameters() -> set[str]:
+    """The connection arguments PyMySQL accepts (read from its own signature)."""
+    import inspect
+
+    try:
+        from pymysql.connections import Connection  # type: ignore[import-untyped]
+    except ImportError:  # not installed: the storage layer says so when it connects
+        return set()
+    return set(inspect.signature(Connection.__init__).parameters) - {"self"}
 
 
 def settings_table() -> str:

@@ -120,8 +120,26 @@ def test_full_disk_keeps_what_was_written(mirror: Mirror, tmp_path: Path) -> Non
         (["--index-url", "index.crates.io/"], "--index-url must be an http(s) URL"),
         (["--api-budget", "5/0s"], "--api-budget: a budget needs a limit ≥ 1 and a window > 0"),
         (["--redis-url", "127.0.0.1:6379"], "--redis-url must be a redis://, rediss:// or unix://"),
+        # Sizes have documented upper bounds (docs/operations.md).
+        (["--concurrency", "10000000"], "--concurrency must be at most 1024, got 10000000"),
+        (["--api-burst", "5000"], "--api-burst must be at most 1000"),
+        (["--lease-seconds", "1e12"], "--lease-seconds must be at most 86400"),
+        (["--grace-period", "99999"], "--grace-period must be at most 3600"),
+        (["--api-rate", "1e300"], "--api-rate must be at most 1e+06"),
+        # Malformed URLs are configuration mistakes, not internal errors.
+        (["--index-url", "http://127.0.0.1:notaport/"], "--index-url must be an http(s) URL"),
+        (["--api-url", "http://[x/"], "--api-url must be an http(s) URL"),
+        (["--redis-url", "redis://[x"], "--redis-url must be a redis://, rediss:// or unix://"),
+        (["--redis-url", "redis://127.0.0.1:notaport/0"], "--redis-url must be a redis://"),
+        (["--redis-url", "redis://127.0.0.1:6379/zero"], "--redis-url must be a redis://"),
+        (["--db", "mysql+pymysql://u@127.0.0.1:1/x?password=p4ss&x=1"],
+         "--db has query parameters the MySQL driver (PyMySQL) does not take: x"),
+        (["--db", "postgresql+psycopg://u@127.0.0.1:notaport/x"],
+         "--db has a port that is not a number"),
+        (["--db", "mysql+pymysql://u@[x/db"], "--db is malformed"),
+        (["--db", "crates.db"], "--db must look like sqlite:///PATH"),
     ],
-)
+)  # fmt: skip
 def test_bad_options_are_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
     db = tmp_path / "never.db"
     done = stagecrawl("crates", "crawl", "serde", "--db", f"sqlite:///{db}", *NOWHERE, *args)
@@ -136,6 +154,11 @@ def test_bad_options_are_one_line_and_exit_2(tmp_path: Path, args: list[str], me
         ({"STAGECRAWL_API_RATE": "abc"}, "STAGECRAWL_API_RATE must be a number, got 'abc'"),
         ({"STAGECRAWL_API_BUDGET": "junk"}, "STAGECRAWL_API_BUDGET: a budget is LIMIT/WINDOW"),
         ({"STAGECRAWL_CONCURRENCY": "many"}, "STAGECRAWL_CONCURRENCY must be a whole number"),
+        ({"STAGECRAWL_CONCURRENCY": "5000"}, "STAGECRAWL_CONCURRENCY must be at most 1024"),
+        ({"STAGECRAWL_MAX_BODY_MB": "1e9"}, "STAGECRAWL_MAX_BODY_MB must be at most 4096"),
+        ({"STAGECRAWL_RETRIES": "1000"}, "STAGECRAWL_RETRIES must be at most 100"),
+        ({"STAGECRAWL_REDIS_URL": "redis://[x"}, "STAGECRAWL_REDIS_URL must be a redis://"),
+        ({"STAGECRAWL_LEASE_SECONDS": "1e12"}, "STAGECRAWL_LEASE_SECONDS must be at most 86400"),
     ],
 )
 def test_bad_environment_values_are_one_line_and_exit_2(
@@ -145,6 +168,26 @@ def test_bad_environment_values_are_one_line_and_exit_2(
     done = stagecrawl("crates", "collect", "--db", f"sqlite:///{db}", *NOWHERE, env=env)
     assert done.returncode == 2 and message in one_line(done.stderr)
     assert not db.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["aircraft", "crawl", "--out", "{tmp}", "--batch", "51"], "--batch"),
+        (["aircraft", "crawl", "--out", "{tmp}", "--concurrency", "5000"],
+         "--concurrency must be at most 1024"),
+        (["aircraft", "crawl", "--out", "{tmp}", "--sparql-url", "http://h:notaport/"],
+         "--sparql-url must be an http(s) URL"),
+        (["crates", "dbdump", "--source", "http://h:notaport/d.tar.gz", "--db", "sqlite:///{tmp}/x.db"],
+         "--source must be an http(s) URL"),
+    ],
+)  # fmt: skip
+def test_other_commands_refuse_bad_configuration_in_one_line(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    done = stagecrawl(*(a.replace("{tmp}", str(tmp_path)) for a in args))
+    assert done.returncode == 2, done.stderr
+    assert message in one_line(done.stderr) and "Traceback" not in done.stderr
 
 
 def test_version() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,117 @@ def test_no_secret_in_any_output(mirror: Mirror, postgres: str, tmp_path: Path) 
         for secret in SECRETS:
             assert secret not in done.stdout, (label, secret)
             assert secret not in done.stderr, (label, secret)
+
+
+PASSWORD = "S3cr3tPw-61"
+DB_URLS = [
+    f"crawler:{PASSWORD}@h/sca",
+    f"mysql+pymysql//crawler:{PASSWORD}@127.0.0.1:1/sca",
+    f"mysql+pymysql:/crawler:{PASSWORD}@127.0.0.1:1/sca",
+    f"mysql+pymysql://crawler:{PASSWORD}@127.0.0.1:notaport/sca",
+    f"mysql+pymysql://crawler:{PASSWORD}@[x/sca",
+    f"mysql+pymysql://crawler@127.0.0.1:1/sca?password={PASSWORD}&x=1",
+    f"postgresql+psycopg://:{PASSWORD}@127.0.0.1:1/x",
+    f"sqlite:///crawler:{PASSWORD}@nowhere/x.db?password={PASSWORD}",
+    f"mysql+pymysql://crawler@127.0.0.1:1/sca?password={PASSWORD}",
+]
+REDIS_URLS = [
+    f":{PASSWORD}@127.0.0.1:1/3",
+    f"redis://:{PASSWORD}@[x",
+    f"redis//:{PASSWORD}@127.0.0.1:1",
+    f"redis://:{PASSWORD}@127.0.0.1:notaport/0",
+    f"redis://u@127.0.0.1:1/0?password={PASSWORD}",
+]
+HTTP_URLS = [
+    f"http//u:{PASSWORD}@127.0.0.1:9/",
+    f"u:{PASSWORD}@127.0.0.1:9/",
+    f"http://u:{PASSWORD}@127.0.0.1:notaport/",
+    f"http://u:{PASSWORD}@[x/",
+    f"http://127.0.0.1:9/?token={PASSWORD}",
+    f"http://u:{PASSWORD}@127.0.0.1:9/",
+]
+CRAWL = ["crates", "crawl", "serde", "--contact", "t@example.org"]
+# (command, flag, environment variable, URLs for the flag, how many of them for the variable)
+# for every setting or option that takes a URL.
+AIRCRAFT = ["aircraft", "crawl", "--out", "{tmp}/air", "--contact", "t@example.org"]
+URL_INPUTS: list[tuple[list[str], str | None, str | None, list[str], int]] = [
+    (CRAWL, "--db", "STAGECRAWL_DB", DB_URLS, 3),
+    (["status"], "--db", "STAGECRAWL_DB", DB_URLS[:4], 1),
+    (["crates", "collect"], "--redis-url", "STAGECRAWL_REDIS_URL", REDIS_URLS, 2),
+    (CRAWL, "--index-url", "STAGECRAWL_INDEX_URL", HTTP_URLS, 2),
+    (CRAWL, "--api-url", "STAGECRAWL_API_URL", HTTP_URLS[:3], 1),
+    (CRAWL, "--ai-license-url", "STAGECRAWL_AI_LICENSE_URL", HTTP_URLS[:3], 1),
+    (AIRCRAFT, "--sparql-url", "STAGECRAWL_SPARQL_URL", HTTP_URLS[:3], 1),
+    (AIRCRAFT, "--entities-url", "STAGECRAWL_ENTITIES_URL", HTTP_URLS[:3], 1),
+    (["crates", "dbdump"], "--source", None, HTTP_URLS[:4], 0),
+    (
+        [
+            "crates",
+            "lock",
+            "--all-tags",
+            "--contact",
+            "t@example.org",
+            "--index-url",
+            "http://127.0.0.1:9/",
+        ],
+        "",
+        None,
+        HTTP_URLS[:4],
+        0,
+    ),  # the repository argument
+]
+
+
+def test_malformed_urls_never_print_their_password(tmp_path: Path) -> None:
+    """Every flag and environment variable that takes a URL, given malformed URLs with a
+    password in them (user-info parsed or not, a query parameter): the password is never in
+    stdout or stderr, whatever the command made of it (mostly: one line, exit 2)."""
+    sqlite = f"sqlite:///{tmp_path / 'x.db'}"
+    runs: list[tuple[list[str], dict[str, str]]] = []
+    for command, flag, env_name, urls, by_env in URL_INPUTS:
+        base = [part.replace("{tmp}", str(tmp_path)) for part in command]
+        own_db = flag == "--db" or base[0] == "aircraft"
+        db = [] if own_db else ["--db", sqlite]
+        if "lock" in base:
+            db += ["--cache-dir", str(tmp_path / "cache")]
+        for url in urls:
+            runs.append((["-v", *base, *db, *([url] if flag == "" else [flag or "", url])], {}))
+        for url in urls[:by_env] if env_name else []:
+            runs.append((["-v", *base, *db], {env_name: url}))
+
+    def one(args: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str], str, int]:
+        done = stagecrawl(*args, env=env, timeout=120, cwd=tmp_path)
+        return args, env, done.stdout + done.stderr, done.returncode
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        results = list(pool.map(lambda run: one(*run), runs))
+    for args, env, output, code in results:
+        assert PASSWORD not in output, (args, env, output)
+        assert "Traceback" not in output, (args, env, output)
+        assert code != 0 or args[1] == "status", (args, env, output)
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        (f"crawler:{PASSWORD}@h/sca", "crawler:***@h/sca"),
+        (f"mysql+pymysql//crawler:{PASSWORD}@h/sca", "mysql+pymysql//crawler:***@h/sca"),
+        (f"mysql+pymysql:/crawler:{PASSWORD}@h/sca", "mysql+pymysql:/crawler:***@h/sca"),
+        (f"error: bad URL ':{PASSWORD}@127.0.0.1:6379'", "error: bad URL ':***@127.0.0.1:6379'"),
+        (f"redis://:{PASSWORD}@[x", "redis://:***@[x"),
+        (f"mysql+pymysql://u@h/db?password={PASSWORD}&x=1",
+         "mysql+pymysql://u@h/db?password=***&x=1"),
+        (f"http://u:p@ss{PASSWORD}@h/", "http://u:***@h/"),  # a password holding an @
+        # Not credentials: left as they are.
+        ("stagecrawl/0.1.0 (+ops@example.org)", "stagecrawl/0.1.0 (+ops@example.org)"),
+        ("serde@1.0.0 tokio@1.2.3", "serde@1.0.0 tokio@1.2.3"),
+        ('{"user_agent": "x (+a@b.org)", "at": "12:30:45"}',) * 2,
+        ("mysql+pymysql://crawler@127.0.0.1/db", "mysql+pymysql://crawler@127.0.0.1/db"),
+    ],
+)  # fmt: skip
+def test_credentials_are_masked_in_any_text_parsed_or_not(text: str, shown: str) -> None:
+    """`redact` masks what looks like `user:password@` or a secret query parameter in any
+    text, registered or not (a library's error quoting a URL it was never given by us)."""
+    from stagecrawl.secrets import redact
+
+    assert redact(text) == shown

@@ -41,7 +41,7 @@ from stagecrawl.engine.progress import ProgressReporter
 from stagecrawl.engine.shutdown import GracefulStop, Interrupted
 from stagecrawl.engine.work import LoopSettings, LoopStats
 from stagecrawl.errors import ConfigError, InputError
-from stagecrawl.settings import DEFAULTS, Settings
+from stagecrawl.settings import DEFAULTS, Settings, check_http_url
 from stagecrawl.storage.db import Database
 
 
@@ -449,6 +449,7 @@ async def run_dbdump(
     """`crates dbdump`: download the dump (or read a local one), then load it."""
     with tempfile.TemporaryDirectory(prefix="stagecrawl-dl-") as tmp:
         if source.startswith(("http://", "https://")):
+            check_http_url(source, "--source")
             if is_crates_io(source) and not (s.contact or "").strip():
                 raise ConfigError(
                     "a contact is required: crates.io asks for one. Pass --contact"
