@@ -14,8 +14,8 @@ from stagecrawl import __version__
 from stagecrawl.cli.common import setup_logging
 
 # name -> (where the command or its group lives, the one-line help `--help` shows without
-# importing it, and for a group of one command: that command's name). A test checks each
-# line against the command's own help.
+# importing it, and for a group of one command: that command's name). A test loads each
+# entry and runs its `--help` (tests/acceptance/test_startup.py).
 LAZY: dict[str, tuple[str, str] | tuple[str, str, str]] = {
     "crates": (
         "stagecrawl.cli.crates:app",
