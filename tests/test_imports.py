@@ -12,6 +12,14 @@ from pathlib import Path
 SOURCE = Path(__file__).resolve().parent.parent / "src" / "stagecrawl"
 CORE = {"engine", "queue", "storage", "sca"}
 REGISTRIES_AND_PIPELINES = {"crates", "pypi", "aircraft", "cli", "demo"}
+# Cycles known and not yet removed, each with its reason. Listed so the test stays red for any
+# new one; the test also fails once a listed cycle is gone, so the list only shrinks.
+KNOWN_CYCLES = {
+    # engine reads its defaults from settings.DEFAULTS; settings checks a budget setting with
+    # the engine's own parser (a lazy import in settings._check). To remove: the budget
+    # syntax parsed in settings (engine.ratelimit.Budget.parse calling it).
+    ("engine", "settings", "engine"),
+}
 
 
 def room(module: str) -> str:
@@ -88,6 +96,11 @@ def test_no_import_cycle_between_packages() -> None:
 
     for start in sorted(arrows):
         visit(start, [start])
+    found = {tuple(cycle) for cycle in cycles}
+    assert KNOWN_CYCLES <= found, (
+        f"no longer a cycle, drop it from KNOWN_CYCLES: {KNOWN_CYCLES - found}"
+    )
+    cycles = [cycle for cycle in cycles if tuple(cycle) not in KNOWN_CYCLES]
     described = [
         " → ".join(cycle)
         + " ("

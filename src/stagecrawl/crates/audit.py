@@ -9,8 +9,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from sqlalchemy import select
-
 from stagecrawl.crates.ecosystem import CRATES
 from stagecrawl.crates.lock import (
     GitRepo,
@@ -23,9 +21,10 @@ from stagecrawl.crates.lock import (
 )
 from stagecrawl.crates.names import validate_name
 from stagecrawl.crates.semver import Version
+from stagecrawl.crates.tables import versions
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.errors import InputError
-from stagecrawl.sca.audit import CHUNK, AuditReport, Package, parse_deny
+from stagecrawl.sca.audit import AuditReport, Package, parse_deny
 from stagecrawl.sca.audit import audit as sca_audit
 from stagecrawl.storage.db import Database
 
@@ -130,18 +129,14 @@ def parse_targets(targets: list[str]) -> tuple[list[Package], list[str]]:
 def collected_packages(db: Database, names: list[str]) -> list[Package]:
     result: list[Package] = []
     for name in names:
-        with db.engine.connect() as conn:
-            rows = conn.execute(
-                select(db.version.c.NAME, db.version.c.VERSION).where(
-                    db.version.c.PRODUCT_KEY == name.lower()
-                )
-            ).all()
+        with db.reading() as conn:
+            rows = versions(db).versions_of(conn, name)
         if not rows:
             raise InputError(
                 f"no version of {name} is collected in {db.safe_url}; name one ({name}@1.2.3)"
                 " or collect it first"
             )
-        result += [Package(str(r.NAME), str(r.VERSION), ["collected"]) for r in rows]
+        result += [Package(real, version, ["collected"]) for real, version in rows]
     return result
 
 
@@ -171,22 +166,11 @@ def audit(
 def collected_licenses(
     db: Database, packages: list[Package]
 ) -> dict[tuple[str, str], tuple[str | None, str | None]]:
-    table = db.version
     wanted = {p.key for p in packages}
     names = sorted({p.name.lower() for p in packages})
     result: dict[tuple[str, str], tuple[str | None, str | None]] = {}
-    with db.engine.connect() as conn:
-        for start in range(0, len(names), CHUNK):
-            rows = conn.execute(
-                select(
-                    table.c.PRODUCT_KEY,
-                    table.c.VERSION,
-                    table.c.LICENSE_EXPRESSION,
-                    table.c.LICENSE,
-                ).where(table.c.PRODUCT_KEY.in_(names[start : start + CHUNK]))
-            )
-            for row in rows:
-                key = (str(row.PRODUCT_KEY).lower(), str(row.VERSION))
-                if key in wanted:
-                    result[key] = (row.LICENSE_EXPRESSION, row.LICENSE)
+    with db.reading() as conn:
+        for key, _name, version, expression, text in versions(db).licenses(conn, names):
+            if (key, version) in wanted:
+                result[(key, version)] = (expression, text)
     return result

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
-
 from stagecrawl.crates.semver import sort_key
+from stagecrawl.crates.tables import LANGUAGE, REPOSITORY, versions
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.sca import matcher as _matcher
 from stagecrawl.sca.ai import AiBackfillReport, AiLicenseClient
@@ -137,7 +136,7 @@ class LicenseMatcher(_matcher.LicenseMatcher):
 def backfill(db: Database, recompute_all: bool = False) -> BackfillReport:
     """Fill STANDARD_LICENSE, LICENSE_IDS and LICENSE_EXPRESSION of the crates VERSION table
     from the stored LICENSE; no network."""
-    return _matcher.backfill(db, db.version, LicenseMatcher.load(db), recompute_all)
+    return _matcher.backfill(db, versions(db).table, LicenseMatcher.load(db), recompute_all)
 
 
 async def backfill_ai(
@@ -147,8 +146,8 @@ async def backfill_ai(
     concurrency: int = DEFAULTS.concurrency,
 ) -> AiBackfillReport:
     """Ask the classifier again for every crates VERSION row whose LICENSE_AI is NULL."""
-    identity = {"LANGUAGE": "rust", "REPOSITORY": "Cargo"}
-    return await _backfill_ai(db, db.version, identity, client, stop, concurrency)
+    identity = {"LANGUAGE": LANGUAGE, "REPOSITORY": REPOSITORY}
+    return await _backfill_ai(db, versions(db).table, identity, client, stop, concurrency)
 
 
 def parse_policy(allow: list[str], deny: list[str], exceptions: list[str]) -> Policy:
@@ -162,14 +161,7 @@ def evaluate(expression: str | None, policy: Policy, crate: str | None = None) -
 
 def check_database(db: Database, policy: Policy) -> LicenseCheck:
     """Every collected (crate, version) whose license the policy does not accept."""
-    table = db.version
-    query = select(table.c.NAME, table.c.VERSION, table.c.LICENSE).order_by(
-        table.c.PRODUCT_KEY, table.c.VERSION
-    )
     matcher = LicenseMatcher.load(db)
-    with db.engine.connect() as conn:
-        rows = (
-            (str(row.NAME), str(row.VERSION), row.LICENSE)
-            for row in conn.execution_options(yield_per=5000).execute(query)
-        )
+    with db.reading() as conn:
+        rows = ((name, version, text) for _, name, version, _, text in versions(db).licenses(conn))
         return check_rows(rows, policy, matcher, sort_key)

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
 from stagecrawl.crates.ecosystem import CRATES, vuln_tables
+from stagecrawl.crates.tables import products, versions
 from stagecrawl.sca import osv_import
 from stagecrawl.sca.osv_import import ImportReport, RegistryState
 from stagecrawl.sca.osv_model import Affected, affected_packages
@@ -40,10 +40,7 @@ def import_advisories(
     PRODUCT (`scope` collected) or every crate (`all`); HIT for the collected versions."""
 
     def state(conn: Connection) -> RegistryState:
-        known = {str(r[0]).lower() for r in conn.execute(select(db.product.c.PRODUCT_KEY))}
-        collected: dict[str, list[str]] = {}
-        for r in conn.execute(select(db.version.c.PRODUCT_KEY, db.version.c.VERSION)):
-            collected.setdefault(str(r[0]).lower(), []).append(str(r[1]))
-        return RegistryState(known, collected)
+        # the table owners (crates/tables.py)
+        return RegistryState(products(db).keys(conn), versions(db).by_product(conn))
 
     osv_import.import_advisories(db, CRATES, vuln_tables(db), records, scope, report, state)

@@ -8,7 +8,7 @@ Generic: a registry gives its tables, its LANGUAGE/REPOSITORY key and its versio
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -154,6 +154,32 @@ class VersionTable(_Owner):
         for key, version in rows:
             found.setdefault(str(key).lower(), []).append(str(version))
         return found
+
+    def licenses(
+        self, conn: Connection, product_keys: Sequence[str] | None = None
+    ) -> Iterator[tuple[str, str, str, str | None, str | None]]:
+        """(PRODUCT_KEY lowercased, NAME, VERSION, LICENSE_EXPRESSION, LICENSE) of the stored
+        versions (of `product_keys`, or all, streamed), in key and version order."""
+        table = self.table
+        query = (
+            select(
+                table.c.PRODUCT_KEY,
+                table.c.NAME,
+                table.c.VERSION,
+                table.c.LICENSE_EXPRESSION,
+                table.c.LICENSE,
+            )
+            .where(self._mine(table))
+            .order_by(table.c.PRODUCT_KEY, table.c.VERSION)
+        )
+        keys = list(product_keys) if product_keys is not None else None
+        chunks = [None] if keys is None else [keys[n : n + 500] for n in range(0, len(keys), 500)]
+        for chunk in chunks:
+            chosen = query if chunk is None else query.where(table.c.PRODUCT_KEY.in_(chunk))
+            for key, name, version, expression, text in conn.execution_options(
+                yield_per=5000
+            ).execute(chosen):
+                yield str(key).lower(), str(name), str(version), expression, text
 
     def versions_of(self, conn: Connection, product_key: str) -> list[tuple[str, str]]:
         """(NAME, VERSION) of one package's stored versions."""
