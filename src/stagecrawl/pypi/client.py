@@ -5,6 +5,7 @@ followed, relative Location included) and the files host (`files`, PEP 658 core 
 from __future__ import annotations
 
 import hashlib
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from stagecrawl.engine.fetcher import Fetcher, FetchResult, Validators
@@ -16,7 +17,9 @@ from stagecrawl.pypi.simple import SIMPLE_JSON, DistFile, SimpleProject, parse_s
 
 DEFAULT_INDEX_URL = "https://pypi.org/simple/"
 DEFAULT_API_URL = "https://pypi.org/"
+FILES_HOST = "https://files.pythonhosted.org/"  # the files lane's home; chosen by name anyway
 INDEX, API, FILES = "index", "api", "files"
+FRESH_PAGES = 4096  # Simple pages a seed fetched, kept for the collector of the same run
 
 
 class MetadataMismatch(ValueError):
@@ -35,11 +38,23 @@ class PyPIClient:
         self.fetcher = fetcher
         self.index_url = index_url.rstrip("/") + "/"
         self.api_url = api_url.rstrip("/") + "/"
+        self._fresh: OrderedDict[str, SimplePage] = OrderedDict()
+
+    def remember(self, page: SimplePage) -> None:
+        """Keep a page just fetched (by a seed) for one later `simple` call in this run: a
+        crawled project then costs one index request, not two."""
+        self._fresh[page.project.name] = page
+        while len(self._fresh) > FRESH_PAGES:
+            self._fresh.popitem(last=False)
 
     async def simple(self, name: str, validators: Validators | None = None) -> SimplePage | None:
         """The project's Simple page in JSON; None when `validators` still match (304).
         Raises NotFound for an unknown project, SimpleFormatError for a reply that is not a
         PEP 691 page (HTML where JSON was asked, not JSON)."""
+        if validators is None:
+            fresh = self._fresh.pop(normalize(name), None)
+            if fresh is not None:
+                return fresh
         url = f"{self.index_url}{normalize(name)}/"
         result = await self.fetcher.get(
             url, lane=INDEX, validators=validators, headers={"Accept": SIMPLE_JSON}
