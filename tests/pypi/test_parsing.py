@@ -51,7 +51,8 @@ def test_versions_invalid_kept_below_valid() -> None:
 def test_latest_version_rule() -> None:
     assert latest_version([("1.0", False), ("2.0", True), ("2.1rc1", False)]) == "1.0"
     assert latest_version([("1.0.post1", False), ("1.0", False)]) == "1.0.post1"
-    assert latest_version([("2.0", True), ("1.0rc1", False)]) == "2.0"  # no final non-yanked
+    assert latest_version([("2.0", True), ("1.0rc1", False)]) == "1.0rc1"  # no final one
+    assert latest_version([("2.0", True), ("1.0rc1", True)]) == "2.0"  # all yanked
     assert latest_version([("unknown", False)]) == "unknown"
     assert latest_version([]) is None
 

@@ -46,12 +46,15 @@ def is_final(text: str) -> bool:
 
 
 def latest_version(pairs: Iterable[tuple[str, bool]]) -> str | None:
-    """LATEST_VERSION from (version, yanked) pairs: the highest non-yanked final release,
-    else the highest version of all."""
+    """LATEST_VERSION from (version, yanked) pairs, by the core's one rule (issue 17): the
+    highest non-yanked final release, else the highest non-yanked pre-release, else the
+    highest version of all."""
     listed = list(pairs)
-    finals = [v for v, yanked in listed if not yanked and is_final(v)]
-    if finals:
-        return max(finals, key=sort_key)
-    if listed:
-        return max((v for v, _ in listed), key=sort_key)
+    for chosen in (
+        [v for v, yanked in listed if not yanked and is_final(v)],
+        [v for v, yanked in listed if not yanked],
+        [v for v, _ in listed],
+    ):
+        if chosen:
+            return max(chosen, key=sort_key)
     return None

@@ -96,11 +96,13 @@ def registry_tables(
     seed_name: str | None = None,
     version_extra: Sequence[Column[Any]] = (),
     product_extra: Sequence[Column[Any]] = (),
+    dependencies_nullable: bool = False,
 ) -> RegistryTables:
     """Declare `TB_COMP_LIB_<code>_LIST`, `TB_COMP_LIB_VERSION_<code>`,
     `TB_COMP_LIB_PRODUCT_<code>` and the seed queue (`TB_STAGECRAWL_SEED_<code>` unless
     `seed_name`) on `metadata`: the same column set for every registry, with the registry's
-    own facts in added nullable columns (`version_extra`, `product_extra`)."""
+    own facts in added nullable columns (`version_extra`, `product_extra`).
+    `dependencies_nullable`: DEPENDENCIES may be NULL, "unknown" (PyPI: no metadata)."""
 
     def ident(length: int) -> String:
         return String(length, collation=ci)
@@ -143,7 +145,7 @@ def registry_tables(
         Column("LICENSE_IDS", JsonText),
         Column("LICENSE_EXPRESSION", Text),
         Column("LICENSE_AI", JsonText),
-        Column("DEPENDENCIES", JsonText, nullable=False),
+        Column("DEPENDENCIES", JsonText, nullable=dependencies_nullable),
         Column("FEATURES", JsonText, nullable=False),
         Column("CHECKSUM", String(64)),
         Column("YANKED", Boolean, nullable=False),
@@ -203,6 +205,28 @@ def build_metadata(ci: str | None, mysql_kw: dict[str, Any]) -> MetaData:
     # Each registry's tables (a new registry adds its line here; its extra columns are its own)
     metadata.info["registries"] = {
         "RUST": registry_tables(metadata, "RUST", ci, mysql_kw, seed_name="TB_STAGECRAWL_SEED"),
+        "PYPI": registry_tables(
+            metadata,
+            "PYPI",
+            ci,
+            mysql_kw,
+            version_extra=[  # PyPI's own facts (docs/pypi.md)
+                Column("YANKED_REASON", Text),
+                Column("REQUIRES_PYTHON", String(255)),
+                Column("EXTRAS", JsonText),  # Provides-Extra; NULL: unknown
+                Column("FILES", JsonText),  # filename, hashes, size, upload_time, yanked …
+                Column("DEPENDENCY_SOURCE", String(16)),  # metadata | json-api | NULL
+                Column("LICENSE_SOURCE", String(32)),
+                Column("VERSION_VALID", Boolean),  # PEP 440
+            ],
+            product_extra=[
+                Column("PROJECT_STATUS", String(16)),  # PEP 792
+                Column("LAST_SERIAL", BigCount),
+                Column("ETAG", String(255)),
+                Column("INVALID_VERSIONS", JsonText),
+            ],
+            dependencies_nullable=True,  # NULL: unknown (never "none", which is [])
+        ),
     }
     Table(
         "TB_LICENSE_V2",

@@ -209,6 +209,9 @@ class PyPIOrigin(TestOrigin):
             raise ValueError(f"unknown misbehaviour {kind!r}")
         self._misbehaviour.append((pattern, kind))
 
+    def clear_misbehaviour(self) -> None:
+        self._misbehaviour.clear()
+
     # -- serving --------------------------------------------------------------------------
     async def _respond(self, request: web.Request, rules: list[Rule]) -> web.StreamResponse:
         agent = request.headers.get("User-Agent", "")
