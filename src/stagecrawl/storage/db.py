@@ -196,6 +196,60 @@ def registry_tables(
     return RegistryTables(code, events, version, product, seed)
 
 
+def vuln_tables(metadata: MetaData, code: str, ci: str | None, mysql_kw: dict[str, Any]) -> None:
+    """Declare `TB_COMP_LIB_VULN_<code>_V1` (CVE-keyed rows of the packages in scope), `_RAW`
+    (every advisory for every package it names) and `_HIT` (collected versions each advisory
+    hits) on `metadata`: one schema for every registry (CARGO, PYPI)."""
+
+    def ident(length: int) -> String:
+        return String(length, collation=ci)
+
+    Table(
+        f"TB_COMP_LIB_VULN_{code}_V1",
+        metadata,
+        Column("PRODUCT_KEY", ident(64), primary_key=True),
+        Column("VULN_ID", String(64), primary_key=True),
+        Column("OSV_ID", String(64), primary_key=True),
+        Column("VULN_RANGE", Text, nullable=False),
+        Column("MAPPED_TYPE", String(8), nullable=False),
+        Column("MODIFIED", DateTime),
+        Column("LAST_UPDATED", DateTime, nullable=False),
+        info=DERIVED_FROM_OSV,
+        **mysql_kw,
+    )
+    Table(
+        f"TB_COMP_LIB_VULN_{code}_RAW",
+        metadata,
+        Column("OSV_ID", String(64), primary_key=True),
+        Column("PRODUCT_KEY", ident(64), primary_key=True),
+        Column("VULN_ID", String(64), nullable=False),
+        Column("ALIASES", JsonText, nullable=False),
+        Column("SUMMARY", Text),
+        Column("SEVERITY", JsonText),
+        Column("PUBLISHED", DateTime),
+        Column("MODIFIED", DateTime),
+        Column("WITHDRAWN", DateTime),
+        Column("INFORMATIONAL", String(32)),
+        Column("VULN_RANGE", Text, nullable=False),
+        Column("MAPPED_TYPE", String(8), nullable=False),
+        Column("OSV_JSON", JsonText, nullable=False),
+        Column("LAST_UPDATED", DateTime, nullable=False),
+        info=DERIVED_FROM_OSV,
+        **mysql_kw,
+    )
+    Table(
+        f"TB_COMP_LIB_VULN_{code}_HIT",
+        metadata,
+        Column("PRODUCT_KEY", ident(64), primary_key=True),
+        Column("VERSION", ident(100), primary_key=True),
+        Column("OSV_ID", String(64), primary_key=True),
+        Column("VULN_ID", String(64), nullable=False),
+        Column("LAST_UPDATED", DateTime, nullable=False),
+        info=DERIVED_FROM_OSV,
+        **mysql_kw,
+    )
+
+
 def build_metadata(ci: str | None, mysql_kw: dict[str, Any]) -> MetaData:
     metadata = MetaData()
 
@@ -238,50 +292,9 @@ def build_metadata(ci: str | None, mysql_kw: dict[str, Any]) -> MetaData:
         Column("URL", String(255)),
         **mysql_kw,
     )
-    Table(
-        "TB_COMP_LIB_VULN_CARGO_V1",
-        metadata,
-        Column("PRODUCT_KEY", ident(64), primary_key=True),
-        Column("VULN_ID", String(64), primary_key=True),
-        Column("OSV_ID", String(64), primary_key=True),
-        Column("VULN_RANGE", Text, nullable=False),
-        Column("MAPPED_TYPE", String(8), nullable=False),
-        Column("MODIFIED", DateTime),
-        Column("LAST_UPDATED", DateTime, nullable=False),
-        info=DERIVED_FROM_OSV,
-        **mysql_kw,
-    )
-    Table(
-        "TB_COMP_LIB_VULN_CARGO_RAW",
-        metadata,
-        Column("OSV_ID", String(64), primary_key=True),
-        Column("PRODUCT_KEY", ident(64), primary_key=True),
-        Column("VULN_ID", String(64), nullable=False),
-        Column("ALIASES", JsonText, nullable=False),
-        Column("SUMMARY", Text),
-        Column("SEVERITY", JsonText),
-        Column("PUBLISHED", DateTime),
-        Column("MODIFIED", DateTime),
-        Column("WITHDRAWN", DateTime),
-        Column("INFORMATIONAL", String(32)),
-        Column("VULN_RANGE", Text, nullable=False),
-        Column("MAPPED_TYPE", String(8), nullable=False),
-        Column("OSV_JSON", JsonText, nullable=False),
-        Column("LAST_UPDATED", DateTime, nullable=False),
-        info=DERIVED_FROM_OSV,
-        **mysql_kw,
-    )
-    Table(
-        "TB_COMP_LIB_VULN_CARGO_HIT",
-        metadata,
-        Column("PRODUCT_KEY", ident(64), primary_key=True),
-        Column("VERSION", ident(100), primary_key=True),
-        Column("OSV_ID", String(64), primary_key=True),
-        Column("VULN_ID", String(64), nullable=False),
-        Column("LAST_UPDATED", DateTime, nullable=False),
-        info=DERIVED_FROM_OSV,
-        **mysql_kw,
-    )
+    # Each registry's advisory tables, one schema (the organisation's VULN_<X>_V1 format)
+    for code in ("CARGO", "PYPI"):
+        vuln_tables(metadata, code, ci, mysql_kw)
     Table(
         "TB_COMP_LIB_RUST_INDEX_STATE",
         metadata,
