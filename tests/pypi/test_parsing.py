@@ -12,7 +12,9 @@ from stagecrawl.pypi.licenses import classifier_expression, declared_license
 from stagecrawl.pypi.metadata import parse_core_metadata
 from stagecrawl.pypi.names import name_problem, normalize, product_key
 from stagecrawl.pypi.simple import SimpleFormatError, parse_simple_page, version_of
-from stagecrawl.pypi.versions import latest_version, sorted_versions
+from stagecrawl.pypi.tables import PEP440
+from stagecrawl.pypi.versions import sorted_versions
+from stagecrawl.storage.owners import latest_version
 from stagecrawl.testing.pypi_origin import FIXTURES, SIMPLE_JSON, PyPIOrigin
 from tests.pypi.conftest import PYPI_SHARED
 from tests.pypi.http import get
@@ -48,13 +50,18 @@ def test_versions_invalid_kept_below_valid() -> None:
     ]
 
 
-def test_latest_version_rule() -> None:
-    assert latest_version([("1.0", False), ("2.0", True), ("2.1rc1", False)]) == "1.0"
-    assert latest_version([("1.0.post1", False), ("1.0", False)]) == "1.0.post1"
-    assert latest_version([("2.0", True), ("1.0rc1", False)]) == "1.0rc1"  # no final one
-    assert latest_version([("2.0", True), ("1.0rc1", True)]) == "2.0"  # all yanked
-    assert latest_version([("unknown", False)]) == "unknown"
-    assert latest_version([]) is None
+def test_latest_version_rule_in_pep440_order() -> None:
+    def latest(pairs: list[tuple[str, bool]]) -> str | None:
+        return latest_version(pairs, PEP440).latest
+
+    assert latest([("1.0", False), ("2.0", True), ("2.1rc1", False)]) == "1.0"
+    assert latest([("1.0.post1", False), ("1.0", False)]) == "1.0.post1"
+    assert latest([("1.10", False), ("1.9", False)]) == "1.10"
+    assert latest([("2.0", True), ("1.0rc1", False)]) == "1.0rc1"  # no final one
+    assert latest([("2.0", True), ("1.0rc1", True)]) == "2.0"  # every one yanked
+    assert latest([("unknown", False), ("0.1", False)]) == "0.1"
+    assert latest([("unknown", False)]) == "unknown"
+    assert latest([]) is None
 
 
 def test_file_names_give_versions_as_spelled() -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -25,13 +24,14 @@ from stagecrawl.pypi.licenses import declared_license
 from stagecrawl.pypi.metadata import CoreMetadata
 from stagecrawl.pypi.names import product_key
 from stagecrawl.pypi.simple import SimpleRelease
-from stagecrawl.pypi.versions import is_valid, latest_version, version_key
+from stagecrawl.pypi.tables import PEP440
+from stagecrawl.pypi.versions import is_valid, version_key
+from stagecrawl.sca.matcher import LicenseMatcher
+from stagecrawl.storage.owners import latest_version
 
 LANGUAGE, REPOSITORY = "python", "PyPI"
 PROJECT_PAGE = "https://pypi.org/project/"
 VERSION_CONCURRENCY = 16  # enrichment requests of one project in flight; the lanes pace them
-
-Standardise = Callable[[str], str | None]
 
 
 @dataclass
@@ -133,9 +133,17 @@ def _dumps(value: Any) -> str:
 
 
 def version_row(
-    project: CollectedProject, facts: VersionFacts, now: datetime, standardise: Standardise | None
+    project: CollectedProject,
+    facts: VersionFacts,
+    now: datetime,
+    licenses: LicenseMatcher | None = None,
 ) -> dict[str, Any]:
+    """One VERSION row. With `licenses` (the SCA core's matcher over TB_LICENSE_V2), the
+    free-text License field is standardised as for crates and the chosen expression fills
+    STANDARD_LICENSE, LICENSE_IDS and LICENSE_EXPRESSION; without, the expression is kept
+    as declared (License-Expression or the classifier table)."""
     release, meta, api = facts.release, facts.metadata, facts.api
+    standardise = None if licenses is None else (lambda t: licenses.standardise(t).expression)
     if meta is not None:
         requires: tuple[str, ...] | None = meta.requires_dist
         extras: tuple[str, ...] | None = meta.provides_extra
@@ -161,6 +169,9 @@ def version_row(
         if dep.get("extra"):
             features.setdefault(dep["extra"], []).append(dep["name"])
     expression = license_.expression
+    standard = licenses.standardise(expression) if licenses and expression else None
+    if standard is not None:
+        expression = standard.expression
     return {
         "LANGUAGE": LANGUAGE,
         "REPOSITORY": REPOSITORY,
@@ -169,8 +180,8 @@ def version_row(
         "NAME": project.display_name,
         "DESCRIPTION": summary,
         "LICENSE": license_.text,
-        "STANDARD_LICENSE": None,
-        "LICENSE_IDS": None,
+        "STANDARD_LICENSE": standard.standard_license if standard else None,
+        "LICENSE_IDS": standard.license_ids if standard else None,
         "LICENSE_EXPRESSION": expression,
         "LICENSE_AI": None,
         "DEPENDENCIES": None if deps is None else _dumps(deps),
@@ -197,6 +208,7 @@ def version_row(
 
 def product_row(project: CollectedProject, now: datetime) -> dict[str, Any]:
     pairs = [(r.version, r.yanked) for r in project.page.project.releases]
+    rule = latest_version(pairs, PEP440)  # the core's one rule, in PEP 440 order
     api = project.project_api
     return {
         "LANGUAGE": LANGUAGE,
@@ -204,8 +216,8 @@ def product_row(project: CollectedProject, now: datetime) -> dict[str, Any]:
         "PRODUCT_KEY": product_key(project.name),
         "NAME": project.display_name,
         "DESCRIPTION": api.summary if api else None,
-        "LATEST_VERSION": latest_version(pairs),
-        "COMP_STATUS": "ACTIVE" if any(not y for _, y in pairs) else "YANKED",
+        "LATEST_VERSION": rule.latest,
+        "COMP_STATUS": rule.status,
         "URL": f"{PROJECT_PAGE}{project.name}/",
         "SCM": _dumps({"home_page": api.home_page, "project_urls": api.project_urls})
         if api

@@ -30,7 +30,6 @@ from stagecrawl.engine.work import LoopSettings, LoopStats, WorkLoop
 from stagecrawl.errors import InputError, LimiterUnavailable
 from stagecrawl.pypi import tables
 from stagecrawl.pypi.client import API, FILES, FILES_HOST, INDEX, PyPIClient
-from stagecrawl.pypi.collect import Standardise
 from stagecrawl.pypi.locks import LockFile, locks_at_tag, parse_lock
 from stagecrawl.pypi.names import name_problem, normalize
 from stagecrawl.pypi.versions import is_valid
@@ -54,6 +53,7 @@ from stagecrawl.queue.events import (
     RegisterCounts,
 )
 from stagecrawl.queue.events import NOT_FOUND as EVENT_NOT_FOUND
+from stagecrawl.sca.matcher import LicenseMatcher
 from stagecrawl.storage.db import Database
 
 log = logging.getLogger("stagecrawl.pypi")
@@ -392,13 +392,13 @@ class Collector:
         settings: CollectSettings,
         stop: GracefulStop,
         progress: ProgressReporter | None = None,
-        standardise: Standardise | None = None,
+        licenses: LicenseMatcher | None = None,
         more_coming: Callable[[], bool] = lambda: False,
     ) -> None:
         self.db = db
         self.client = client
         self.settings = settings
-        self.standardise = standardise
+        self.licenses = licenses
         self.progress = progress
         self.summary = CollectSummary()
         self.worker = worker_id()
@@ -483,7 +483,7 @@ class Collector:
             return CollectResult(group, outcomes)
         try:
             result = await collect_one(
-                self.client, name, {e.version for e in todo}, utcnow(), self.standardise
+                self.client, name, {e.version for e in todo}, utcnow(), self.licenses
             )
         except LimiterUnavailable:
             raise
@@ -576,7 +576,7 @@ async def collect(
     names: Sequence[str] = (),
     resync: bool = False,
     progress: ProgressReporter | None = None,
-    standardise: Standardise | None = None,
+    licenses: LicenseMatcher | None = None,
 ) -> CollectReport:
     """Collect PyPI's LIST with the seed queue worked alongside (`crawl` = names given)."""
     if names:
@@ -600,7 +600,7 @@ async def collect(
         settings,
         stop,
         progress,
-        standardise,
+        licenses,
         more_coming=lambda: not seeder.finished.is_set(),
     )
     seeding = asyncio.ensure_future(seeder.run())

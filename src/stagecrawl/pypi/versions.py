@@ -43,18 +43,3 @@ def is_final(text: str) -> bool:
     """A final release (no pre-, dev- part; post-releases count as final, as pip sees them)."""
     parsed = parse(text)
     return parsed is not None and not parsed.is_prerelease
-
-
-def latest_version(pairs: Iterable[tuple[str, bool]]) -> str | None:
-    """LATEST_VERSION from (version, yanked) pairs, by the core's one rule (issue 17): the
-    highest non-yanked final release, else the highest non-yanked pre-release, else the
-    highest version of all."""
-    listed = list(pairs)
-    for chosen in (
-        [v for v, yanked in listed if not yanked and is_final(v)],
-        [v for v, yanked in listed if not yanked],
-        [v for v, _ in listed],
-    ):
-        if chosen:
-            return max(chosen, key=sort_key)
-    return None

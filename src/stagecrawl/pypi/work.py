@@ -11,11 +11,12 @@ from typing import Any
 
 from stagecrawl.errors import FetchError, NotFound
 from stagecrawl.pypi.client import PyPIClient, SimplePage
-from stagecrawl.pypi.collect import CollectedProject, Standardise, collect_project
+from stagecrawl.pypi.collect import CollectedProject, collect_project
 from stagecrawl.pypi.collect import product_row as build_product_row
 from stagecrawl.pypi.collect import version_row as build_version_row
 from stagecrawl.pypi.simple import SimpleFormatError
 from stagecrawl.pypi.versions import version_key
+from stagecrawl.sca.matcher import LicenseMatcher
 from stagecrawl.secrets import redact
 
 SEEDED, NOT_FOUND, FAILED = "seeded", "not-found", "failed"
@@ -74,7 +75,7 @@ async def collect_one(
     name: str,
     versions: set[str],
     now: datetime,
-    standardise: Standardise | None = None,
+    licenses: LicenseMatcher | None = None,
     skip: set[str] | None = None,
 ) -> ProjectResult:
     """Collect the `versions` of one project asked for (those in `skip` are already stored:
@@ -90,9 +91,7 @@ async def collect_one(
         name,
         SEEDED,
         collected=collected,
-        version_rows=[
-            build_version_row(collected, f, now, standardise) for f in collected.versions
-        ],
+        version_rows=[build_version_row(collected, f, now, licenses) for f in collected.versions],
         product_row=build_product_row(collected, now),
         missing={v for v in versions if version_key(v) not in listed},
     )

@@ -1,0 +1,167 @@
+"""PyPI as the SCA core knows it (stagecrawl.sca): the OSV ecosystem `PyPI` ordered by PEP 440
+(`packaging`), purl type `pypi` (names PEP 503-normalised, as the purl spec asks), PYSEC as its
+advisory database, its VULN tables; and the pipeline functions `pypi vulns`, `pypi audit` and
+`pypi licenses check` call."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.version import Version
+from sqlalchemy import Connection, select
+
+from stagecrawl.errors import InputError, StorageError
+from stagecrawl.pypi import tables
+from stagecrawl.pypi.locks import LockFile
+from stagecrawl.pypi.names import name_problem, normalize
+from stagecrawl.pypi.pipeline import read_lockfile
+from stagecrawl.pypi.versions import sort_key
+from stagecrawl.sca.audit import AuditReport, Package, audit, parse_deny
+from stagecrawl.sca.ecosystem import Ecosystem, VulnTables
+from stagecrawl.sca.matcher import LicenseMatcher
+from stagecrawl.sca.osv_import import ImportReport, RegistryState, import_advisories
+from stagecrawl.sca.osv_read import read_advisories
+from stagecrawl.sca.policy import LicenseCheck, Policy, check_rows
+from stagecrawl.storage.db import Database
+
+PYPI = Ecosystem(
+    name="PyPI",
+    purl_type="pypi",
+    parse_version=Version,  # InvalidVersion is a ValueError: such a version matches no range
+    version_kind="PEP 440 version",
+    product_key=normalize,
+    primary_prefix="PYSEC-",
+    database_name="PyPA Advisory Database",
+    sort_key=sort_key,
+    package_word="project",
+    registry_key="pypi",
+    lockfile_name="lock file",
+)
+SCOPES = ("collected", "all")
+_PIN = re.compile(r"^\s*(?P<name>[^=\s]+)\s*==\s*(?P<version>\S+)\s*$")
+
+
+def license_matcher(db: Database) -> LicenseMatcher:
+    """The SCA core's matcher over TB_LICENSE_V2 (seeded from the SPDX list when empty)."""
+    return LicenseMatcher.load(db)
+
+
+def vuln_tables(db: Database) -> VulnTables:
+    """TB_COMP_LIB_VULN_PYPI_RAW / _V1 / _HIT."""
+    t = db.metadata.tables
+    return VulnTables(
+        raw=t["TB_COMP_LIB_VULN_PYPI_RAW"],
+        v1=t["TB_COMP_LIB_VULN_PYPI_V1"],
+        hit=t["TB_COMP_LIB_VULN_PYPI_HIT"],
+    )
+
+
+def import_osv(db: Database, source: bytes | Path, scope: str, max_entry: int) -> ImportReport:
+    """The OSV PyPI dump (all.zip, a folder or one .json) into the PYPI VULN tables."""
+    if scope not in SCOPES:
+        raise InputError(f"--scope must be 'collected' or 'all', not {scope!r}")
+    report = ImportReport()
+    records = read_advisories(source, report.read, max_entry)
+    registry = tables.tables(db)
+
+    def state(conn: Connection) -> RegistryState:
+        known = {str(k).lower() for (k,) in conn.execute(select(registry.product.c.PRODUCT_KEY))}
+        collected: dict[str, list[str]] = {}
+        rows = conn.execute(select(registry.version.c.PRODUCT_KEY, registry.version.c.VERSION))
+        for key, v in rows:
+            collected.setdefault(str(key).lower(), []).append(str(v))
+        return RegistryState(known, collected)
+
+    import_advisories(db, PYPI, vuln_tables(db), records, scope, report, state)
+    return report
+
+
+def parse_targets(targets: Sequence[str]) -> list[Package]:
+    """`NAME==VERSION` arguments (a bare NAME, or another specifier, is refused: no resolver)."""
+    packages: list[Package] = []
+    for target in targets:
+        match = _PIN.match(target)
+        if match is None:
+            raise InputError(f"{target!r}: give NAME==VERSION (pins only; nothing is resolved)")
+        problem = name_problem(match["name"])
+        if problem:
+            raise InputError(f"{target!r}: {problem}")
+        name = normalize(match["name"])
+        packages.append(Package(name, match["version"], [target]))
+    return packages
+
+
+def lock_packages(lock: LockFile) -> list[Package]:
+    return [Package(r.name, r.version, [lock.where]) for r in lock.pins()]
+
+
+@dataclass
+class AuditInputs:
+    packages: list[Package]
+    skipped: int
+    problems: list[str]
+
+
+def audit_inputs(targets: Sequence[str], lockfiles: Iterable[Path]) -> AuditInputs:
+    """Every input read and checked before the database is opened."""
+    packages = parse_targets(targets)
+    skipped = 0
+    problems: list[str] = []
+    for path in lockfiles:
+        lock = read_lockfile(path)
+        packages += lock_packages(lock)
+        skipped += len(lock.skipped)
+        problems += [f"{lock.where}: {line} (unpinned, not audited)" for line in lock.unpinned]
+    if not packages and not problems:
+        raise InputError("say what to audit: NAME==VERSION … or --lockfile PATH")
+    return AuditInputs(packages, skipped, problems)
+
+
+def audit_pypi(db_url: str, inputs: AuditInputs, deny: Sequence[str]) -> AuditReport:
+    """`pypi audit`: the pins asked about, against the stored PyPI advisories (collected or
+    not). An unpinned lock line is a problem (exit 1): it cannot be audited."""
+    denied = parse_deny(deny)
+    try:
+        database = Database(db_url, read_only=True)
+    except StorageError as exc:
+        raise StorageError(f"{exc}; import advisories first: stagecrawl pypi vulns") from None
+    report = audit(
+        database,
+        PYPI,
+        vuln_tables(database).raw,
+        inputs.packages,
+        denied,
+        "stagecrawl pypi vulns --source …",
+    )
+    report.skipped = inputs.skipped
+    report.problems = inputs.problems + report.problems
+    return report
+
+
+def check_licenses(
+    db_url: str, allow: list[str], deny: list[str], exceptions: list[str]
+) -> LicenseCheck:
+    """`pypi licenses check`: every collected PyPI version against the policy (cargo-deny's
+    semantics, the SCA core's), read from LICENSE_EXPRESSION where stagecrawl has one."""
+    if not allow:
+        raise InputError("give the allowed licenses: --allow MIT,Apache-2.0,…")
+    policy = Policy.parse(allow, deny, exceptions, package_word="PROJECT")
+    database = Database(db_url, read_only=True)
+    matcher = LicenseMatcher.load(database)
+    table = tables.tables(database).version
+    with database.engine.connect() as conn:
+        rows = [
+            (str(r.PRODUCT_KEY), str(r.VERSION), r.LICENSE_EXPRESSION or r.LICENSE)
+            for r in conn.execute(
+                select(
+                    table.c.PRODUCT_KEY,
+                    table.c.VERSION,
+                    table.c.LICENSE_EXPRESSION,
+                    table.c.LICENSE,
+                ).where(table.c.LANGUAGE == tables.LANGUAGE)
+            )
+        ]
+    return check_rows(rows, policy, matcher, sort_key)

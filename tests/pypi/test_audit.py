@@ -1,0 +1,74 @@
+"""`pypi audit` on real lock files against the PYSEC advisories (../shared all.zip) agrees,
+hit for hit, with an independent OSV evaluation (tests/pypi/osv_reference.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from stagecrawl.pypi.locks import parse_lock
+from stagecrawl.pypi.sca import PYPI, audit_inputs, audit_pypi, import_osv
+from stagecrawl.storage.db import Database
+from tests.pypi import osv_reference
+from tests.pypi.conftest import PYPI_SHARED
+
+ZIP = PYPI_SHARED / "osv" / "PyPI" / "all.zip"
+LOCKS = PYPI_SHARED / "locks"
+needs_zip = pytest.mark.skipif(not ZIP.exists(), reason="../shared fixtures not beside the project")
+LOCK_FILES = [
+    "poetry-lock-1.1/poetry.lock",
+    "poetry-lock-2.0/poetry.lock",
+    "poetry-lock-2.1/poetry.lock",
+    "uv-lock-rev3/uv.lock",
+    "uv-lock-v1-norev/uv.lock",
+    "pylock-pdm/pylock.toml",
+    "pylock-pip/pip-full.toml",
+    "pylock-spec-example/example.toml",
+    "requirements-sigstore/requirements.txt",
+    "requirements-warehouse/main.txt",
+]
+
+
+@pytest.fixture(scope="module")
+def advisories_db(tmp_path_factory: pytest.TempPathFactory) -> str:
+    url = f"sqlite:///{tmp_path_factory.mktemp('osv') / 'osv.db'}"
+    report = import_osv(Database(url), ZIP, "all", 4 * 1024 * 1024)
+    assert report.advisories == 2661
+    return url
+
+
+@pytest.fixture(scope="module")
+def reference() -> dict[str, list[dict[str, object]]]:
+    return osv_reference.load(ZIP)
+
+
+@needs_zip
+@pytest.mark.parametrize("lock_path", LOCK_FILES)
+def test_audit_agrees_with_an_independent_osv_evaluation(
+    lock_path: str, advisories_db: str, reference: dict[str, list[dict[str, object]]]
+) -> None:
+    path = LOCKS / lock_path
+    report = audit_pypi(advisories_db, audit_inputs([], [path]), [])
+    got = {(h.package.name, h.package.version, h.advisory.osv_id) for h in report.hits}
+    lock = parse_lock(path.read_text(), path.name)
+    want = {
+        (r.name, r.version, osv_id)
+        for r in lock.pins()
+        for osv_id in osv_reference.hits(reference, r.name, r.version)
+    }
+    assert got == want
+    assert report.problems == []
+
+
+@needs_zip
+def test_known_hits_and_the_version_order(advisories_db: str) -> None:
+    report = audit_pypi(
+        advisories_db,
+        audit_inputs(["requests==2.18.0", "py==1.11.0", "Django==3.1.5", "requests==2.32.3"], []),
+        [],
+    )
+    hits = {(h.package.name, h.package.version, h.advisory.osv_id) for h in report.hits}
+    assert ("requests", "2.18.0", "PYSEC-2018-28") in hits
+    assert ("py", "1.11.0", "PYSEC-2022-42969") in hits  # last_affected: 1.11.0 included
+    assert not any(v == "2.32.3" for _, v, _ in hits)
+    assert report.purl(report.packages[0]).startswith("pkg:pypi/")
+    assert PYPI.parsed("unknown") is None
