@@ -70,20 +70,26 @@ class PyPIEndpoints:
     files_rate: float
 
 
-def build_client(
-    endpoints: PyPIEndpoints, fetch: FetchSettings, limiter: Limiter | None = None
-) -> PyPIClient:
-    """The three lanes on one fetcher. The files lane is chosen by name for every core
-    metadata URL, whatever host the Simple page points to (files.pythonhosted.org, a mirror)."""
+def pypi_lanes(endpoints: PyPIEndpoints) -> Lanes:
+    """The three lanes. The files lane is chosen by name for every core metadata URL,
+    whatever host the Simple page points to (files.pythonhosted.org, a mirror)."""
     e = endpoints
-    lanes = Lanes(
+    return Lanes(
         [
             Lane(INDEX, e.index_url, Rate(e.index_rate)),
             Lane(API, e.api_url.rstrip("/") + "/pypi/", Rate(e.api_rate)),
             Lane(FILES, FILES_HOST, Rate(e.files_rate)),
         ]
     )
-    return PyPIClient(Fetcher(fetch, lanes, limiter), e.index_url, e.api_url)
+
+
+def build_client(
+    endpoints: PyPIEndpoints, fetch: FetchSettings, limiter: Limiter | None = None
+) -> PyPIClient:
+    """A client on its own fetcher (tests and benches; commands build the fetcher from the
+    run's settings with components.build_fetcher and `pypi_lanes`)."""
+    fetcher = Fetcher(fetch, pypi_lanes(endpoints), limiter)
+    return PyPIClient(fetcher, endpoints.index_url, endpoints.api_url)
 
 
 # -- seeding -------------------------------------------------------------------------------
