@@ -214,3 +214,40 @@ def test_a_contact_is_required(origin: PyPIOrigin, tmp_path: Path) -> None:
     done = stagecrawl("pypi", "crawl", "six", *args, "--db", f"sqlite:///{tmp_path / 'x.db'}")
     assert done.returncode == 2 and "contact" in done.stderr
     assert origin.log == []  # refused before the first request
+
+
+def observed_rate(origin: PyPIOrigin, pattern: str) -> float:
+    """Requests per second on one lane, first to last (a single late grant does not count:
+    the pace is the lane's, on average, burst 1)."""
+    times = sorted(r.time for r in origin.requests_to(pattern))
+    assert len(times) >= 4, pattern
+    return (len(times) - 1) / (times[-1] - times[0])
+
+
+def test_lane_rate_flags_and_variables_reach_their_lanes(
+    origin: PyPIOrigin, tmp_path: Path
+) -> None:
+    args = ["--index-url", f"{origin.url}/simple/", "--api-url", f"{origin.url}/"]
+    names = NAMES[:6]
+    done = stagecrawl(
+        "pypi", "crawl", *names, *args, "--contact", "t@example.org",
+        "--index-rate", "5", "--api-rate", "4", "--files-rate", "8",
+        "--db", f"sqlite:///{tmp_path / 'a.db'}",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert 3 < observed_rate(origin, "/pypi/*") <= 4  # not the default 2/s
+    assert observed_rate(origin, "/simple/*") <= 5
+    assert observed_rate(origin, "/files/*") <= 8
+    origin.log.clear()
+    env = {
+        "STAGECRAWL_PYPI_API_RATE": "3",
+        "STAGECRAWL_CONTACT": "t@example.org",
+        "STAGECRAWL_PYPI_SEED_PACKAGES": ",".join(NAMES[6:9]),
+        "STAGECRAWL_PYPI_INDEX_URL": f"{origin.url}/simple/",
+        "STAGECRAWL_PYPI_API_URL": f"{origin.url}/",
+    }
+    done = stagecrawl("pypi", "crawl", "--db", f"sqlite:///{tmp_path / 'b.db'}", env=env)
+    assert done.returncode == 0, done.stderr
+    assert {r.path.split("/")[2] for r in origin.requests_to("/simple/*")} == set(NAMES[6:9])
+    assert 2.2 < observed_rate(origin, "/pypi/*") <= 3
+    assert all("t@example.org" in r.headers.get("User-Agent", "") for r in origin.log)
