@@ -4,6 +4,7 @@ nothing is written twice, every error is one line."""
 
 from __future__ import annotations
 
+import json
 import signal
 import sqlite3
 import time
@@ -166,6 +167,11 @@ def test_invalid_versions_are_kept_and_reported(origin: PyPIOrigin, tmp_path: Pa
         .fetchone()
     )
     assert latest == ("1.0.1",)
+    shown = stagecrawl("status", "--db", f"sqlite:///{db}", "--format", "json")
+    assert shown.returncode == 0, shown.stderr
+    pypi = json.loads(shown.stdout)["pypi"]
+    assert pypi["versions"] == 2 and pypi["products"] == 1
+    assert pypi["list"] == [{"processed": 1, "meaning": "collected", "events": 2}]
 
 
 @pytest.mark.parametrize(
