@@ -261,6 +261,38 @@ class Settings:
         above=True,
         maximum=MAX_RATE,
     )
+    # PyPI (docs/pypi.md; the defaults and why: docs/operations.md)
+    pypi_index_url: str = _s(
+        "https://pypi.org/simple/",
+        "PyPI Simple API root (a mirror works)",
+        flag="--index-url",
+        check="url",
+    )
+    pypi_api_url: str = _s("https://pypi.org/", "PyPI JSON API root", flag="--api-url", check="url")
+    pypi_index_rate: float = _s(
+        5.0,
+        "PyPI index lane (Simple API): requests per second",
+        flag="--index-rate",
+        minimum=0,
+        above=True,
+        maximum=MAX_RATE,
+    )
+    pypi_api_rate: float = _s(
+        2.0,
+        "PyPI api lane (JSON API): requests per second",
+        flag="--api-rate",
+        minimum=0,
+        above=True,
+        maximum=MAX_RATE,
+    )
+    pypi_files_rate: float = _s(
+        5.0,
+        "PyPI files lane (core metadata): requests per second",
+        flag="--files-rate",
+        minimum=0,
+        above=True,
+        maximum=MAX_RATE,
+    )
     # Where each value came from: name -> "flag" | "env" | "default" (not a setting).
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 

@@ -3,11 +3,15 @@ hit for hit, with an independent OSV evaluation (tests/pypi/osv_reference.py).""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from stagecrawl.pypi.locks import parse_lock
 from stagecrawl.pypi.sca import PYPI, audit_inputs, audit_pypi, import_osv
 from stagecrawl.storage.db import Database
+from tests.cli import stagecrawl
 from tests.pypi import osv_reference
 from tests.pypi.conftest import PYPI_SHARED
 
@@ -72,3 +76,32 @@ def test_known_hits_and_the_version_order(advisories_db: str) -> None:
     assert not any(v == "2.32.3" for _, v, _ in hits)
     assert report.purl(report.packages[0]).startswith("pkg:pypi/")
     assert PYPI.parsed("unknown") is None
+
+
+@needs_zip
+def test_cli_audit_formats_and_exit_codes(advisories_db: str, tmp_path: Path) -> None:
+    lock = LOCKS / "poetry-lock-1.1" / "poetry.lock"
+    done = stagecrawl(
+        "pypi", "audit", "--lockfile", str(lock), "--db", advisories_db, "--format", "json"
+    )
+    assert done.returncode == 1, done.stderr  # poetry's 2022 lock has known vulnerabilities
+    document = json.loads(done.stdout)
+    assert document["vulnerabilities"] > 0 and document["hits"][0]["project"]
+    sarif = stagecrawl(
+        "pypi", "audit", "--lockfile", str(lock), "--db", advisories_db, "--format", "sarif"
+    )
+    assert json.loads(sarif.stdout)["version"] == "2.1.0"
+    cdx = stagecrawl(
+        "pypi", "audit", "--lockfile", str(lock), "--db", advisories_db, "--format", "cyclonedx"
+    )
+    components = json.loads(cdx.stdout)["components"]
+    assert all(c["purl"].startswith("pkg:pypi/") for c in components)
+    clean = stagecrawl("pypi", "audit", "six==1.16.0", "--db", advisories_db, "--format", "json")
+    assert clean.returncode == 0, clean.stderr
+    bad = tmp_path / "poetry.lock"
+    bad.write_text("[[package]\n")
+    broken = stagecrawl("pypi", "audit", "--lockfile", str(bad), "--db", advisories_db)
+    assert broken.returncode == 2
+    assert broken.stderr.count("\n") == 1 and "not TOML" in broken.stderr
+    unpinned = stagecrawl("pypi", "audit", "requests>=2", "--db", advisories_db)
+    assert unpinned.returncode == 2 and "NAME==VERSION" in unpinned.stderr

@@ -21,6 +21,10 @@ LAZY: dict[str, tuple[str, str] | tuple[str, str, str]] = {
         "stagecrawl.cli.crates:app",
         "The crates.io pipeline: seed, collect, crawl, lock, audit…",
     ),
+    "pypi": (
+        "stagecrawl.cli.pypi:app",
+        "The PyPI pipeline: seed, collect, crawl, lock, audit…",
+    ),
     "aircraft": ("stagecrawl.cli.aircraft:app", "Aircraft data from Wikidata (CC0)."),
     "status": (
         "stagecrawl.cli.status:status",

@@ -26,6 +26,7 @@ from stagecrawl.engine.frontier import STATE_NAMES as FRONTIER_STATES
 from stagecrawl.engine.progress import summary_table
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.errors import StorageError
+from stagecrawl.pypi.pipeline import status as pypi_status
 from stagecrawl.queue import Workers
 from stagecrawl.secrets import redact_data
 from stagecrawl.storage.db import Database
@@ -131,7 +132,11 @@ def status(
     def body() -> int:
         document: dict[str, Any] = {}
         if aircraft is None or s.sources["db"] != "default":
-            document["crates"] = crates_status(Database(s.db, read_only=True))
+            database = Database(s.db, read_only=True)
+            document["crates"] = crates_status(database)
+            pypi = pypi_status(database)
+            if pypi is not None:
+                document["pypi"] = pypi
         if aircraft is not None:
             document["aircraft"] = aircraft_status(aircraft)
         document = redact_data(document)  # a stored reason may quote a secret
@@ -187,6 +192,18 @@ def _tables(document: dict[str, Any]) -> None:
                     "redis" if w["shared_limit"] else "own bucket",
                 )
             console.print(table)
+    pypi = document.get("pypi")
+    if pypi is not None:
+        rows = {f"LIST {r['processed']} {r['meaning']}": r["events"] for r in pypi["list"]}
+        rows.update({f"events from {k}": v for k, v in pypi["sources"].items()})
+        for entry in pypi["ladder"]:
+            rows[f"ladder: {entry['project']}"] = entry["reason"] or ""
+        rows["seeds pending"] = pypi["seeds_pending"]
+        for seed in pypi["seed_ladder"]:
+            rows[f"seed ladder: {seed['project']}"] = seed["reason"] or ""
+        rows["VERSION rows"] = pypi["versions"]
+        rows["PRODUCT rows"] = pypi["products"]
+        console.print(summary_table("PyPI", rows))
     aircraft = document.get("aircraft")
     if aircraft is not None:
         for name, data in aircraft["passes"].items():

@@ -25,6 +25,7 @@ from stagecrawl.crates.client import CratesClient
 from stagecrawl.crates.config import collect_settings, crates_fetcher
 from stagecrawl.crates.licenses import backfill
 from stagecrawl.crates.osv import ImportReport, import_advisories, read_advisories
+from stagecrawl.demo.pypi import run_pypi
 from stagecrawl.demo.registry import build_mirror
 from stagecrawl.demo.wikidata import install
 from stagecrawl.engine.progress import ProgressReporter, summary_table
@@ -226,6 +227,9 @@ async def run_demo(out: Path, console: Console, quiet: bool, stop: GracefulStop)
             f"5. vulns: {vulns.advisories} RustSec advisories read, "
             f"{vulns.in_scope} about collected crates, {vulns.hits} versions hit"
         )
+    if stop.requested:
+        return stop.exit_code
+    console.print(f"5b. pypi: {await run_pypi(db, out, console, quiet, stop)}")
     with TestOrigin() as wikidata:
         install(wikidata)
         flags = {

@@ -128,14 +128,17 @@ def audit_pypi(db_url: str, inputs: AuditInputs, deny: Sequence[str]) -> AuditRe
         database = Database(db_url, read_only=True)
     except StorageError as exc:
         raise StorageError(f"{exc}; import advisories first: stagecrawl pypi vulns") from None
-    report = audit(
-        database,
-        PYPI,
-        vuln_tables(database).raw,
-        inputs.packages,
-        denied,
-        "stagecrawl pypi vulns --source …",
-    )
+    try:
+        report = audit(
+            database,
+            PYPI,
+            vuln_tables(database).raw,
+            inputs.packages,
+            denied,
+            "stagecrawl pypi vulns --source …",
+        )
+    finally:
+        database.dispose()  # SQLite: its WAL closed with the last connection
     report.skipped = inputs.skipped
     report.problems = inputs.problems + report.problems
     return report
@@ -150,18 +153,21 @@ def check_licenses(
         raise InputError("give the allowed licenses: --allow MIT,Apache-2.0,…")
     policy = Policy.parse(allow, deny, exceptions, package_word="PROJECT")
     database = Database(db_url, read_only=True)
-    matcher = LicenseMatcher.load(database)
-    table = tables.tables(database).version
-    with database.engine.connect() as conn:
-        rows = [
-            (str(r.PRODUCT_KEY), str(r.VERSION), r.LICENSE_EXPRESSION or r.LICENSE)
-            for r in conn.execute(
-                select(
-                    table.c.PRODUCT_KEY,
-                    table.c.VERSION,
-                    table.c.LICENSE_EXPRESSION,
-                    table.c.LICENSE,
-                ).where(table.c.LANGUAGE == tables.LANGUAGE)
-            )
-        ]
+    try:
+        matcher = LicenseMatcher.load(database)
+        table = tables.tables(database).version
+        with database.engine.connect() as conn:
+            rows = [
+                (str(r.PRODUCT_KEY), str(r.VERSION), r.LICENSE_EXPRESSION or r.LICENSE)
+                for r in conn.execute(
+                    select(
+                        table.c.PRODUCT_KEY,
+                        table.c.VERSION,
+                        table.c.LICENSE_EXPRESSION,
+                        table.c.LICENSE,
+                    ).where(table.c.LANGUAGE == tables.LANGUAGE)
+                )
+            ]
+    finally:
+        database.dispose()
     return check_rows(rows, policy, matcher, sort_key)

@@ -1,0 +1,557 @@
+"""`stagecrawl pypi …`: parse options, call the PyPI pipeline, render its report, exit.
+
+Same shapes, exit codes and `--format` as `stagecrawl crates …`: 0 ok, 1 something failed or
+waits on a retry ladder, 2 bad input or configuration, 130/143 stopped by a signal."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import uuid
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from stagecrawl import components
+from stagecrawl.cli.common import (
+    EXIT_OK,
+    EXIT_PARTIAL,
+    CacheDir,
+    Concurrency,
+    Contact,
+    Db,
+    Format,
+    FormatOption,
+    GracePeriod,
+    LeaseSeconds,
+    RedisUrl,
+    _opt,
+    console,
+    emit,
+    exit_code,
+    guarded,
+    progress,
+    run,
+    settings_from,
+    show,
+)
+from stagecrawl.engine.fetcher import require_contact
+from stagecrawl.engine.shutdown import GracefulStop
+from stagecrawl.errors import InputError
+from stagecrawl.pypi import pipeline, sca
+from stagecrawl.pypi.client import PyPIClient
+from stagecrawl.pypi.names import name_problem
+from stagecrawl.pypi.pipeline import CollectReport, CollectSettings, LockReport, PyPIEndpoints
+from stagecrawl.sca.audit import AuditReport
+from stagecrawl.sca.cyclonedx import audit_cyclonedx
+from stagecrawl.sca.ecosystem import utcnow
+from stagecrawl.sca.report_json import audit_json
+from stagecrawl.sca.sarif import audit_sarif
+from stagecrawl.settings import Settings
+from stagecrawl.storage.db import Database
+
+app = typer.Typer(
+    help="The PyPI pipeline: seed, collect, crawl, lock, audit…", no_args_is_help=True
+)
+
+IndexUrl = Annotated[str | None, _opt("pypi_index_url")]
+ApiUrl = Annotated[str | None, _opt("pypi_api_url")]
+IndexRate = Annotated[float | None, _opt("pypi_index_rate")]
+ApiRate = Annotated[float | None, _opt("pypi_api_rate")]
+FilesRate = Annotated[float | None, _opt("pypi_files_rate")]
+Names = Annotated[list[str] | None, typer.Argument(help="Project names.", show_default=False)]
+SeedFile = Annotated[
+    Path | None, typer.Option("--file", help="Seeds file: one name per line, # comments.")
+]
+Limit = Annotated[int | None, typer.Option("--limit", min=1, help="Collect at most N events.")]
+SkipExisting = Annotated[
+    bool,
+    typer.Option(
+        "--skip-existing/--no-skip-existing",
+        help="Mark events already in VERSION as skipped (2) instead of fetching them again.",
+    ),
+]
+Resync = Annotated[bool, typer.Option("--resync", help="Collect finished events again.")]
+SEED_ENV = "STAGECRAWL_PYPI_SEED_PACKAGES"
+
+
+def read_seeds_file(path: Path) -> list[str]:
+    """One project name per line, `#` comments; a bad line names the file and line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read seeds file {path}: {exc}") from None
+    names: list[str] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        problem = name_problem(line)
+        if problem:
+            raise InputError(f"{path}:{number}: {problem}")
+        names.append(line)
+    return names
+
+
+def gather_names(names: list[str] | None, seeds_file: Path | None) -> list[str]:
+    collected = list(names or [])
+    if seeds_file is not None:
+        collected += read_seeds_file(seeds_file)
+    collected += [n.strip() for n in os.environ.get(SEED_ENV, "").split(",") if n.strip()]
+    if not collected:
+        raise InputError(f"no project names given (arguments, --file or {SEED_ENV})")
+    return pipeline.check_names(collected)
+
+
+def endpoints(s: Settings) -> PyPIEndpoints:
+    return PyPIEndpoints(
+        s.pypi_index_url, s.pypi_api_url, s.pypi_index_rate, s.pypi_api_rate, s.pypi_files_rate
+    )
+
+
+def make_client(s: Settings) -> PyPIClient:
+    """The run's client: the three lanes on the one fetcher the settings build."""
+    require_contact(
+        components.fetch_settings(s),
+        "PyPI refuses generic clients and asks crawlers to say how to reach their operator",
+    )
+    fetcher = components.build_fetcher(s, pipeline.pypi_lanes(endpoints(s)))
+    return PyPIClient(fetcher, s.pypi_index_url, s.pypi_api_url)
+
+
+def collect_settings(s: Settings, limit: int | None, skip_existing: bool) -> CollectSettings:
+    return CollectSettings(
+        concurrency=s.concurrency,
+        lease_seconds=s.lease_seconds,
+        skip_existing=skip_existing,
+        limit=limit,
+        grace_period=s.grace_period,
+        commit_batch=s.commit_batch,
+        commit_linger=s.commit_linger,
+    )
+
+
+def render_collect(report: CollectReport, fmt: Format) -> None:
+    def tables() -> None:
+        rows: dict[str, object] = {}
+        if report.seed is not None:
+            seed = report.seed
+            rows |= {
+                "projects seeded": len(seed.projects),
+                "versions seen": sum(seed.projects.values()),
+                "new events": seed.counts.new,
+                "not found": ", ".join(sorted(seed.not_found)) or 0,
+                "seeding failed": len(seed.failed),
+            }
+        if report.collect is not None:
+            c = report.collect
+            rows |= {
+                "projects written": c.projects,
+                "versions collected": c.outcomes[1],
+                "skipped (stored)": c.outcomes[2],
+                "versions not found": c.outcomes[4],
+                "yanked": c.yanked,
+                "dependencies unknown": c.unknown_dependencies,
+                "failed (retried next run)": c.failed,
+            }
+        rows |= {f"{lane} requests": n for lane, n in sorted(report.requests.items())}
+        rows |= {f"{lane} 429s": n for lane, n in sorted(report.rate_limited.items())}
+        show("pypi", rows)
+        if report.seed is not None:
+            for name, reason in sorted(report.seed.failed.items()):
+                console.print(f"seed {name}: {reason}", highlight=False, markup=False)
+        if report.collect is not None:
+            for name, reason in sorted(report.collect.failures.items()):
+                console.print(f"collect {name}: {reason}", highlight=False, markup=False)
+
+    emit(fmt, report.as_json(), tables)
+
+
+async def _collect(
+    s: Settings,
+    stop: GracefulStop,
+    fmt: Format,
+    names: list[str],
+    resync: bool,
+    limit: int | None,
+    skip_existing: bool,
+) -> int:
+    client = make_client(s)
+    async with client.fetcher:
+        database = Database(s.db)  # after every check: a refused start creates nothing
+        with progress("collecting", fmt) as bar:
+            report = await pipeline.collect(
+                database,
+                client,
+                collect_settings(s, limit, skip_existing),
+                stop,
+                names,
+                resync,
+                bar,
+                sca.license_matcher(database),
+            )
+    render_collect(report, fmt)
+    return exit_code(report.problems, report.interrupted, stop)
+
+
+async def _seed(
+    s: Settings, stop: GracefulStop, fmt: Format, names: list[str], resync: bool
+) -> int:
+    client = make_client(s)
+    async with client.fetcher:
+        database = Database(s.db)
+        report = await pipeline.seed(
+            database, client, names, stop, s.concurrency, resync, s.grace_period
+        )
+    render_collect(report, fmt)
+    return exit_code(report.problems, report.interrupted, stop)
+
+
+@app.command("seed")
+def seed_command(
+    names: Names = None,
+    seeds_file: SeedFile = None,
+    resync: Resync = False,
+    fmt: FormatOption = Format.table,
+    db: Db = None,
+    pypi_index_url: IndexUrl = None,
+    pypi_api_url: ApiUrl = None,
+    contact: Contact = None,
+    pypi_index_rate: IndexRate = None,
+    pypi_api_rate: ApiRate = None,
+    pypi_files_rate: FilesRate = None,
+    concurrency: Concurrency = None,
+    redis_url: RedisUrl = None,
+    grace_period: GracePeriod = None,
+) -> None:
+    """Register every version each project's Simple page lists (LIST events)."""
+    options = locals()
+    s = guarded(lambda: settings_from(options))
+    wanted = guarded(lambda: gather_names(names, seeds_file))
+    run(lambda stop: _seed(s, stop, fmt, wanted, resync), s.grace_period)
+
+
+@app.command("collect")
+def collect_command(
+    limit: Limit = None,
+    skip_existing: SkipExisting = True,
+    fmt: FormatOption = Format.table,
+    db: Db = None,
+    pypi_index_url: IndexUrl = None,
+    pypi_api_url: ApiUrl = None,
+    contact: Contact = None,
+    pypi_index_rate: IndexRate = None,
+    pypi_api_rate: ApiRate = None,
+    pypi_files_rate: FilesRate = None,
+    concurrency: Concurrency = None,
+    redis_url: RedisUrl = None,
+    lease_seconds: LeaseSeconds = None,
+    grace_period: GracePeriod = None,
+) -> None:
+    """Collect pending events into VERSION and PRODUCT (and any seeds still queued)."""
+    options = locals()
+    s = guarded(lambda: settings_from(options))
+    run(lambda stop: _collect(s, stop, fmt, [], False, limit, skip_existing), s.grace_period)
+
+
+@app.command("crawl")
+def crawl_command(
+    names: Names = None,
+    seeds_file: SeedFile = None,
+    resync: Resync = False,
+    limit: Limit = None,
+    skip_existing: SkipExisting = True,
+    fmt: FormatOption = Format.table,
+    db: Db = None,
+    pypi_index_url: IndexUrl = None,
+    pypi_api_url: ApiUrl = None,
+    contact: Contact = None,
+    pypi_index_rate: IndexRate = None,
+    pypi_api_rate: ApiRate = None,
+    pypi_files_rate: FilesRate = None,
+    concurrency: Concurrency = None,
+    redis_url: RedisUrl = None,
+    lease_seconds: LeaseSeconds = None,
+    grace_period: GracePeriod = None,
+) -> None:
+    """Seed and collect in one command: collecting starts with the first project seeded."""
+    options = locals()
+    s = guarded(lambda: settings_from(options))
+    wanted = guarded(lambda: gather_names(names, seeds_file))
+    run(lambda stop: _collect(s, stop, fmt, wanted, resync, limit, skip_existing), s.grace_period)
+
+
+def render_lock(report: LockReport, fmt: Format) -> None:
+    def tables() -> None:
+        for entry in report.inputs:
+            rows: dict[str, Any] = {
+                "lock": entry.kind or "-",
+                "pins": entry.pins,
+                "new events": entry.new_events,
+                "unpinned (not guessed)": len(entry.unpinned),
+                "skipped (not from an index)": len(entry.skipped),
+            }
+            if entry.error:
+                rows["error"] = entry.error
+            show(entry.label, rows)
+            for line in entry.unpinned:
+                console.print(f"unpinned {line}", highlight=False, markup=False)
+
+    emit(fmt, report.as_json(), tables)
+
+
+async def _lock(
+    s: Settings,
+    stop: GracefulStop,
+    fmt: Format,
+    repo: str | None,
+    tags: list[str],
+    pattern: str | None,
+    all_tags: bool,
+    lockfile: Path | None,
+) -> int:
+    found = await pipeline.lock_files(
+        repo, tags, pattern, all_tags, lockfile, Path(s.cache_dir), stop
+    )
+    database = Database(s.db)  # the inputs were read: a bad one creates nothing
+    report = pipeline.register_locks(database, found)
+    render_lock(report, fmt)
+    return exit_code(report.problems, report.interrupted, stop)
+
+
+@app.command("lock")
+def lock_command(
+    repo: Annotated[
+        str | None, typer.Argument(help="Git URL or local path of a Python repository.")
+    ] = None,
+    tag: Annotated[list[str] | None, typer.Option("--tag", help="A tag to read.")] = None,
+    tags_matching: Annotated[
+        str | None, typer.Option("--tags-matching", help="Glob over the repository's tags.")
+    ] = None,
+    all_tags: Annotated[bool, typer.Option("--all-tags", help="Every tag.")] = False,
+    lockfile: Annotated[
+        Path | None,
+        typer.Option(
+            "--lockfile",
+            help="requirements.txt, poetry.lock, uv.lock or pylock.toml you already have.",
+        ),
+    ] = None,
+    fmt: FormatOption = Format.table,
+    cache_dir: CacheDir = None,
+    db: Db = None,
+) -> None:
+    """Register the pins of a project's lock files (at each tag): no resolver, pins only."""
+    options = locals()
+    s = guarded(lambda: settings_from(options))
+    run(
+        lambda stop: _lock(s, stop, fmt, repo, tag or [], tags_matching, all_tags, lockfile),
+        s.grace_period,
+    )
+
+
+# -- SCA: vulns, audit, licenses check ------------------------------------------------------
+
+DEFAULT_OSV_URL = "https://osv-vulnerabilities.storage.googleapis.com/PyPI/all.zip"
+AUDIT_FORMATS = ("table", "json", "sarif", "cyclonedx")
+
+
+async def _osv_source(s: Settings, source: str, limit: int, stop: GracefulStop) -> bytes | Path:
+    """A URL is fetched on the download lane (into memory up to `limit`); a path is checked."""
+    if source.startswith(("http://", "https://")):
+        async with components.download_fetcher(s, source, limit) as fetcher:
+            return (await stop.cancelling(fetcher.get(source, lane="download"))).content
+    path = Path(source)
+    if not path.exists():
+        raise InputError(f"OSV source {source} does not exist")
+    if path.is_file() and path.stat().st_size > limit:
+        raise InputError(f"OSV source {source} is larger than {limit} bytes")
+    return path
+
+
+@app.command("vulns")
+def vulns_command(
+    source: Annotated[
+        str,
+        typer.Option(
+            "--source", help="URL or local path of the OSV PyPI dump (zip, folder, .json)."
+        ),
+    ] = DEFAULT_OSV_URL,
+    scope: Annotated[
+        str, typer.Option("--scope", help="collected: projects in PRODUCT; all: every project.")
+    ] = "collected",
+    max_archive_mb: Annotated[int, typer.Option("--max-archive-mb", min=1)] = 512,
+    max_entry_kb: Annotated[int, typer.Option("--max-entry-kb", min=1)] = 4096,
+    fmt: FormatOption = Format.table,
+    db: Db = None,
+    contact: Contact = None,
+) -> None:
+    """Import OSV advisories for PyPI into the PYPI VULN tables and match collected versions."""
+    options = locals()
+    s = guarded(lambda: settings_from(options))
+
+    async def body(stop: GracefulStop) -> int:
+        if scope not in sca.SCOPES:
+            raise InputError(f"--scope must be 'collected' or 'all', not {scope!r}")
+        data = await _osv_source(s, source, max_archive_mb * 1024 * 1024, stop)
+        database = Database(s.db)
+        report = await asyncio.to_thread(sca.import_osv, database, data, scope, max_entry_kb * 1024)
+
+        def tables() -> None:
+            show(
+                "pypi vulns",
+                {
+                    "advisories read": report.advisories,
+                    "duplicates merged into PYSEC": report.duplicates_merged,
+                    "entries skipped (too large)": report.read.skipped_too_large,
+                    "entries skipped (not OSV JSON)": report.read.skipped_invalid,
+                    "malformed (skipped, reported)": len(report.problems),
+                    "advisory × project pairs (RAW)": report.pairs,
+                    f"pairs in scope for V1 ({scope})": report.in_scope,
+                    "RAW rows written": report.raw_written,
+                    "V1 rows (CVE)": report.v1_rows,
+                    "withdrawn": report.withdrawn,
+                    "collected versions hit": report.hits,
+                },
+            )
+
+        emit(fmt, asdict(report), tables)
+        return EXIT_PARTIAL if report.problems else EXIT_OK
+
+    run(body, s.grace_period)
+
+
+def _print_audit(report: AuditReport) -> None:
+    console.print(
+        f"{len(report.packages)} packages against {report.advisories_stored} stored advisories"
+        f" (newest change {report.advisories_modified or '?'})",
+        highlight=False,
+    )
+    for problem in report.problems:
+        console.print(f"not audited: {problem}", highlight=False, markup=False, soft_wrap=True)
+    for h in report.hits:
+        console.print(
+            "\t".join(
+                (
+                    h.package.name,
+                    h.package.version,
+                    h.advisory.osv_id,
+                    " ".join(h.advisory.aliases),
+                    " or ".join(h.advisory.affected.patched()) or "no fix",
+                )
+            ),
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
+    console.print(
+        f"{len(report.vulnerabilities)} vulnerabilities, {len(report.warnings)} warnings",
+        highlight=False,
+    )
+
+
+@app.command("audit")
+def audit_command(
+    targets: Annotated[
+        list[str] | None, typer.Argument(help="NAME==VERSION pins.", show_default=False)
+    ] = None,
+    lockfile: Annotated[
+        list[Path] | None,
+        typer.Option("--lockfile", help="requirements.txt, poetry.lock, uv.lock, pylock.toml."),
+    ] = None,
+    output: Annotated[
+        str, typer.Option("--format", help="table, json, sarif or cyclonedx (stdout).")
+    ] = "table",
+    deny: Annotated[
+        list[str] | None,
+        typer.Option("--deny", help="Fail on informational advisories too: warnings, or a kind."),
+    ] = None,
+    db: Db = None,
+) -> None:
+    """Which stored PyPI advisories hit these pins — collected or not (run `pypi vulns`
+    first). Exit 1 when a vulnerability hits or a pin could not be audited. Read-only."""
+    options = locals()
+    s = guarded(lambda: settings_from(options))
+
+    async def body(stop: GracefulStop) -> int:
+        if output not in AUDIT_FORMATS:
+            raise InputError(f"--format must be one of {', '.join(AUDIT_FORMATS)}")
+        inputs = sca.audit_inputs(targets or [], lockfile or [])
+        report = await asyncio.to_thread(sca.audit_pypi, s.db, inputs, deny or [])
+        if output == "table":
+            _print_audit(report)
+        else:
+            if output == "json":
+                document = audit_json(report)
+            elif output == "sarif":
+                document = audit_sarif(report)
+            else:
+                document = audit_cyclonedx(report, str(uuid.uuid4()), utcnow())
+            sys.stdout.write(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+            sys.stdout.flush()
+        return report.exit_code
+
+    run(body, s.grace_period)
+
+
+licenses_app = typer.Typer(
+    help="License policy over collected PyPI versions.", no_args_is_help=True
+)
+app.add_typer(licenses_app, name="licenses")
+
+
+@licenses_app.command("check")
+def licenses_check(
+    allow: Annotated[
+        list[str] | None, typer.Option("--allow", help="Allowed SPDX ids (comma-separated).")
+    ] = None,
+    deny: Annotated[
+        list[str] | None, typer.Option("--deny", help="Denied SPDX ids; deny wins over allow.")
+    ] = None,
+    exception: Annotated[
+        list[str] | None,
+        typer.Option("--exception", help="PROJECT=LICENSE: allowed for that project only."),
+    ] = None,
+    fmt: FormatOption = Format.table,
+    db: Db = None,
+) -> None:
+    """Every collected version whose license the policy cannot satisfy (cargo-deny's
+    semantics); exit 1 when any. Read-only."""
+    options = locals()
+    s = guarded(lambda: settings_from(options))
+
+    def body() -> int:
+        result = sca.check_licenses(s.db, allow or [], deny or [], exception or [])
+        document = {
+            "versions_checked": result.rows,
+            "violations": [
+                {
+                    "project": v.package,
+                    "version": v.version,
+                    "license": v.license,
+                    "expression": v.expression,
+                    "reason": v.reason,
+                }
+                for v in result.violations
+            ],
+        }
+
+        def tables() -> None:
+            for v in result.violations:
+                console.print(
+                    f"{v.package}\t{v.version}\t{v.expression or v.license or ''}\t{v.reason}",
+                    highlight=False,
+                    markup=False,
+                )
+            console.print(
+                f"{result.rows} versions checked, {len(result.violations)} not accepted",
+                highlight=False,
+            )
+
+        emit(fmt, document, tables)
+        return EXIT_PARTIAL if result.violations else EXIT_OK
+
+    raise typer.Exit(guarded(body))
