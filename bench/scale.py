@@ -1,17 +1,31 @@
-"""Scale-out and bulk load.
+"""Scale-out, bulk load, and memory and speed at scale.
 
     python bench/scale.py [--crates 400] [--versions 10] [--dump-crates 20000] [--dump-versions 50]
+    python bench/scale.py --only crawl [--crawl-sizes 300,3000,10000] [--baseline-src DIR]
+    python bench/scale.py --only frontier [--frontier-urls 1000000]
 
 1. `crates collect` with 1, 2 and 4 worker processes on MariaDB against the loopback registry,
    rate limit lifted: VERSION rows/s and the ratio to one worker.
 2. `crates dbdump` of a synthetic dump (default 1M versions) into SQLite: load rate and the
    loader process's peak RSS.
+3. `crates crawl` into SQLite at 300, 3,000 and 10,000 crates of 30 versions, limits lifted:
+   VERSION rows/s end to end, CPU ms per row and peak RSS (the process's own VmHWM, polled);
+   with --baseline-src the same runs with another source tree (e.g. main's) in the same
+   session, for a ratio on the same machine load. Targets: RSS flat within 10 % and ≤ 200 MB,
+   ≥ 8,000 rows/s.
+4. A frontier crawl over N start URLs (default 1M) against the loopback origin: peak RSS of the
+   crawling process, which registers every URL and crawls for a while, then is stopped with
+   SIGINT (the stop is part of what is measured: time from the signal to the exit).
+   Target: ≤ 200 MB.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import os
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -139,6 +153,166 @@ def dump_bench(crates: int, versions: int) -> Table:
     return table
 
 
+def peak_rss_mb(process: subprocess.Popen[bytes]) -> tuple[float, float]:
+    """Wait for `process`; (its peak RSS in MB, its CPU seconds). The peak is its own VmHWM
+    polled from /proc (wait4's ru_maxrss would count the bench parent it was forked from)."""
+    peak_kb = 0
+    status = Path(f"/proc/{process.pid}/status")
+    while process.poll() is None:
+        try:
+            for line in status.read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    peak_kb = max(peak_kb, int(line.split()[1]))
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.05)
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return peak_kb / 1024, usage.ru_utime + usage.ru_stime
+
+
+def crawl_run(
+    src: str | None, root: Path, seeds: Path, index_url: str, api_url: str, db: Path
+) -> tuple[float, float, float, int]:
+    """One `crates crawl`; (wall s, CPU s, peak RSS MB, exit code)."""
+    env = dict(os.environ)
+    if src:
+        env["PYTHONPATH"] = src
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "stagecrawl", "-q", "crates", "crawl", "--file", str(seeds),
+         "--db", f"sqlite:///{db}", "--index-url", index_url, "--api-url", api_url,
+         "--index-rate", "1000000", "--api-rate", "1000000", "--api-budget", "none",
+         "--format", "json"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+    )  # fmt: skip
+    peak, cpu_after = peak_rss_mb(process)
+    wall = time.perf_counter() - started
+    cpu = cpu_after - (before.ru_utime + before.ru_stime)
+    code = process.wait()
+    if code != 0 and process.stderr is not None:
+        print(process.stderr.read().decode()[-2000:], file=sys.stderr)
+    return wall, cpu, peak, code
+
+
+def crawl_bench(sizes: list[int], versions: int, baseline_src: str | None) -> Table:
+    trees = [("this tree", None)] + ([("baseline", baseline_src)] if baseline_src else [])
+    table = Table(
+        title=f"crates crawl into SQLite, {versions} versions a crate, limits lifted"
+        f" (load average at start: {os.getloadavg()[0]:.1f})"
+    )
+    for column in ("tree", "crates", "VERSION rows", "wall s", "rows/s", "CPU ms/row",
+                   "peak RSS MB"):  # fmt: skip
+        table.add_column(column, justify="right")
+    rates: dict[tuple[str, int], float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        names = build_registry(root, max(sizes), versions)
+        with TestOrigin(root / "index") as index, TestOrigin(root / "api") as api:
+            for size in sizes:
+                seeds = root / f"seeds-{size}.txt"
+                seeds.write_text("\n".join(names[:size]))
+                for label, src in trees:  # interleaved: drift in the load hits both alike
+                    db = root / f"crawl-{label.replace(' ', '-')}-{size}.db"
+                    wall, cpu, peak, code = crawl_run(
+                        src, root, seeds, index.url + "/", api.url + "/", db
+                    )
+                    rows = size * versions
+                    rates[(label, size)] = rows / wall
+                    table.add_row(
+                        label,
+                        f"{size:,}",
+                        f"{rows:,}",
+                        f"{wall:.1f}",
+                        f"{rows / wall:,.0f}",
+                        f"{1000 * cpu / rows:.3f}",
+                        f"{peak:.0f}" + ("" if code == 0 else f" (exit {code})"),
+                    )
+    if baseline_src:
+        for size in sizes:
+            ratio = rates[("this tree", size)] / rates[("baseline", size)]
+            table.add_row("ratio", f"{size:,}", "", "", f"{ratio:.2f} ×", "", "")
+    return table
+
+
+def frontier_child(count: int, base: str, out: str) -> None:
+    """The measured process of the frontier bench: a Crawler over `count` start URLs."""
+    from stagecrawl.engine.crawler import Crawler
+    from stagecrawl.engine.fetcher import Fetcher, FetchSettings
+    from stagecrawl.engine.frontier import Frontier
+    from stagecrawl.engine.shutdown import GracefulStop
+    from stagecrawl.engine.work import LoopSettings
+    from stagecrawl.testing.stages import FlatStage
+
+    class NullSink:
+        def write(self, items: object) -> None:
+            pass
+
+        def flush(self) -> None:
+            pass
+
+        def close(self) -> None:
+            pass
+
+    async def crawl() -> None:
+        urls = (f"{base}/p.json?n={i}" for i in range(count))
+        frontier = Frontier(Path(out) / "frontier.sqlite")
+        stop = GracefulStop("in-flight requests")
+        async with Fetcher(FetchSettings(max_connections=16)) as fetcher:
+            crawler = Crawler(
+                FlatStage(urls), fetcher, NullSink(), frontier,
+                LoopSettings(concurrency=16, commit_batch=256, grace_period=5.0), stop=stop,
+            )  # fmt: skip
+            with stop.on_signals():
+                summary = await crawler.run()
+        frontier.close()
+        print(summary.requests_done, flush=True)
+
+    asyncio.run(crawl())
+
+
+def frontier_bench(count: int, crawl_seconds: float) -> Table:
+    table = Table(title=f"frontier crawl over {count:,} start URLs, stopped after the start")
+    for column in ("start URLs", "crawled", "peak RSS MB", "s from SIGINT to exit"):
+        table.add_column(column, justify="right")
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "p.json").write_bytes(b'{"ok": true}')
+        with TestOrigin(Path(tmp)) as origin:
+            process = subprocess.Popen(
+                [sys.executable, __file__, "--frontier-child", str(count), origin.url, tmp],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+            )
+            peak_kb = 0
+            status = Path(f"/proc/{process.pid}/status")
+            # registered and crawling once the origin sees requests; then crawl a while
+            crawling_since: float | None = None
+            sent = 0.0
+            while process.poll() is None:
+                try:
+                    for line in status.read_text().splitlines():
+                        if line.startswith("VmHWM:"):
+                            peak_kb = max(peak_kb, int(line.split()[1]))
+                except (OSError, ValueError):
+                    pass
+                if crawling_since is None and origin.log:
+                    crawling_since = time.monotonic()
+                if (
+                    crawling_since is not None
+                    and not sent
+                    and time.monotonic() - crawling_since > crawl_seconds
+                ):
+                    process.send_signal(signal.SIGINT)
+                    sent = time.monotonic()
+                time.sleep(0.05)
+            took = time.monotonic() - sent if sent else float("nan")
+            out = process.stdout.read().decode().strip() if process.stdout else ""
+            table.add_row(f"{count:,}", out or "?", f"{peak_kb / 1024:.0f}", f"{took:.2f}")
+    return table
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--crates", type=int, default=400)
@@ -146,12 +320,31 @@ def main() -> None:
     parser.add_argument("--dump-crates", type=int, default=20_000)
     parser.add_argument("--dump-versions", type=int, default=50)
     parser.add_argument("--skip-workers", action="store_true")
+    parser.add_argument("--only", choices=["workers", "dump", "crawl", "frontier"])
+    parser.add_argument("--crawl-sizes", default="300,3000,10000")
+    parser.add_argument("--crawl-versions", type=int, default=30)
+    parser.add_argument("--baseline-src", help="another src/ tree to run beside this one")
+    parser.add_argument("--frontier-urls", type=int, default=1_000_000)
+    parser.add_argument("--frontier-seconds", type=float, default=10.0)
+    parser.add_argument("--frontier-child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.frontier_child:
+        count, base, out = args.frontier_child
+        frontier_child(int(count), base, out)
+        return
     console = Console()
-    if not args.skip_workers:
+    if args.only == "crawl":
+        sizes = [int(n) for n in args.crawl_sizes.split(",")]
+        console.print(crawl_bench(sizes, args.crawl_versions, args.baseline_src))
+        return
+    if args.only == "frontier":
+        console.print(frontier_bench(args.frontier_urls, args.frontier_seconds))
+        return
+    if not args.skip_workers and args.only in (None, "workers"):
         console.print(workers_bench(args.crates, args.versions))
-    console.print(dump_bench(args.dump_crates, args.dump_versions))
-    print("targets: dbdump RSS < 150 MB, >= 20k versions/s on SQLite", file=sys.stderr)
+    if args.only in (None, "dump"):
+        console.print(dump_bench(args.dump_crates, args.dump_versions))
+        print("targets: dbdump RSS < 150 MB, >= 20k versions/s on SQLite", file=sys.stderr)
 
 
 if __name__ == "__main__":

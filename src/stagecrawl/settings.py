@@ -145,7 +145,7 @@ class Settings:
         maximum=DAY,
     )
     grace_period: float = _s(
-        30.0,
+        10.0,
         "seconds in-flight work may take to finish after SIGINT/SIGTERM",
         minimum=0,
         maximum=3600,

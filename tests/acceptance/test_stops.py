@@ -1,17 +1,25 @@
 """SIGINT and SIGTERM stop every phase within 2 s plus the grace period, print what was done,
 exit 130 or 143, and leave no lease behind; no wait is unbounded (a Retry-After past the
-maximum fails the request instead of putting the process to sleep)."""
+maximum fails the request instead of putting the process to sleep).
+
+Waiting is not in flight: a unit that waits for a lane token, a budget window or a host's 429
+cooldown is given back at once, and the origin's own request log shows that not one request
+was sent after the signal; a plain rerun then finishes the work."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import sqlite3
 import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
+from stagecrawl.testing.dbdump import build_dump
 from stagecrawl.testing.origin import TestOrigin
 from tests.acceptance.conftest import NAMES, Mirror, dump, spawn, stagecrawl
 
@@ -20,10 +28,17 @@ ENV = {"STAGECRAWL_GRACE_PERIOD": str(GRACE)}
 BOUND = 2.0 + GRACE + 1.5  # the promise, plus process start-up and teardown on a busy machine
 
 
+class Stopped(NamedTuple):
+    code: int
+    took: float  # seconds from the signal to the exit
+    stderr: str
+    sent: float  # time.monotonic() when the signal was sent (the origins log on that clock)
+
+
 def stop_when(
     process: subprocess.Popen[str], ready: Callable[[], bool], sig: signal.Signals
-) -> tuple[int, float, str]:
-    """Send `sig` once `ready()` (the phase is under way); (exit code, seconds to exit, stderr)."""
+) -> Stopped:
+    """Send `sig` once `ready()` (the phase is under way), wait for the exit."""
     deadline = time.monotonic() + 60
     while not ready():
         assert process.poll() is None, process.stderr.read() if process.stderr else ""
@@ -34,7 +49,16 @@ def stop_when(
     process.send_signal(sig)
     code = process.wait(60)
     took = time.monotonic() - sent
-    return code, took, process.stderr.read() if process.stderr else ""
+    return Stopped(code, took, process.stderr.read() if process.stderr else "", sent)
+
+
+def exit_code(sig: signal.Signals) -> int:
+    return 130 if sig == signal.SIGINT else 143
+
+
+def sent_after(origin: TestOrigin, moment: float) -> list[str]:
+    """The paths `origin` received after `moment`, by its own log."""
+    return [r.path for r in list(origin.log) if r.time >= moment]
 
 
 def held_leases(url: str) -> list[object]:
@@ -46,7 +70,7 @@ def test_seed_stops_with_a_summary(mirror: Mirror, tmp_path: Path, sig: signal.S
     mirror.index.rule("/*", stall=30)
     url = f"sqlite:///{tmp_path / 'seed.db'}"
     process = spawn("crates", "seed", *NAMES, "--db", url, *mirror.urls(), env=ENV)
-    code, took, stderr = stop_when(process, lambda: bool(mirror.index.log), sig)
+    code, took, stderr, _ = stop_when(process, lambda: bool(mirror.index.log), sig)
     assert code == (130 if sig == signal.SIGINT else 143), stderr
     assert took < BOUND, took
     assert "seed traffic" in stderr and "Traceback" not in stderr
@@ -57,7 +81,7 @@ def test_collect_stops_and_gives_back_every_lease(mirror: Mirror, tmp_path: Path
     assert stagecrawl("crates", "seed", *NAMES, "--db", url, *mirror.urls()).returncode == 0
     mirror.api.rule("/api/*", stall=30)
     process = spawn("crates", "collect", "--db", url, *mirror.urls(), env=ENV)
-    code, took, stderr = stop_when(process, lambda: bool(mirror.api.log), signal.SIGTERM)
+    code, took, stderr, _ = stop_when(process, lambda: bool(mirror.api.log), signal.SIGTERM)
     assert code == 143, stderr
     assert took < BOUND, took
     assert "returned to the queue" in stderr
@@ -77,7 +101,7 @@ def test_lock_stops(mirror: Mirror, tmp_path: Path) -> None:
     mirror.index.rule("/*", stall=30)
     url = f"sqlite:///{tmp_path / 'lock.db'}"
     process = spawn("crates", "lock", "--lockfile", str(lock), "--db", url, *mirror.urls(), env=ENV)
-    code, took, stderr = stop_when(process, lambda: bool(mirror.index.log), signal.SIGINT)
+    code, took, stderr, _ = stop_when(process, lambda: bool(mirror.index.log), signal.SIGINT)
     assert code == 130, stderr
     assert took < BOUND, took
 
@@ -89,7 +113,7 @@ def test_refresh_stops(mirror: Mirror, tmp_path: Path) -> None:
     mirror.index.rule("/*", stall=30)
     seen = len(mirror.index.log)
     process = spawn("crates", "refresh", "--db", url, *mirror.urls(), env=ENV)
-    code, took, stderr = stop_when(process, lambda: len(mirror.index.log) > seen, signal.SIGINT)
+    code, took, stderr, _ = stop_when(process, lambda: len(mirror.index.log) > seen, signal.SIGINT)
     assert code == 130, stderr
     assert took < BOUND, took
     assert "not checked (interrupted)" in stderr
@@ -100,7 +124,7 @@ def test_downloads_stop(origin: TestOrigin, tmp_path: Path, command: str) -> Non
     origin.rule("/big", trickle=0.05, body=b"x" * 100_000)
     url = f"sqlite:///{tmp_path / 'dl.db'}"
     process = spawn("crates", command, "--source", origin.url + "/big", "--db", url, env=ENV)
-    code, took, stderr = stop_when(process, lambda: bool(origin.log), signal.SIGTERM)
+    code, took, stderr, _ = stop_when(process, lambda: bool(origin.log), signal.SIGTERM)
     assert code == 143, stderr
     assert took < BOUND, took
     assert "Traceback" not in stderr
@@ -119,7 +143,7 @@ def test_aircraft_stops_with_a_summary(origin: TestOrigin, tmp_path: Path) -> No
         origin.url + "/w/api.php",
         env=ENV,
     )
-    code, took, stderr = stop_when(process, lambda: bool(origin.log), signal.SIGINT)
+    code, took, stderr, _ = stop_when(process, lambda: bool(origin.log), signal.SIGINT)
     assert code == 130, stderr
     assert took < BOUND, took
     assert "returned to the frontier" in stderr
@@ -138,3 +162,138 @@ def test_a_retry_after_beyond_the_maximum_fails_fast_and_stops_fast(
     # the host stays paused: one request saw the 429, the others never reached it
     assert len(mirror.api.requests_to("/api/*")) == 1
     assert {e["PROCESSED"] for e in dump(url)["TB_COMP_LIB_RUST_LIST"]} == {30}
+
+
+def collected(url: str) -> set[int]:
+    return {e["PROCESSED"] for e in dump(url)["TB_COMP_LIB_RUST_LIST"]}
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_seeding_at_one_request_a_second_sends_nothing_after_the_stop(
+    mirror: Mirror, tmp_path: Path, sig: signal.Signals
+) -> None:
+    url = f"sqlite:///{tmp_path / 'seed.db'}"
+    args = ("crates", "seed", *NAMES, "--db", url, *mirror.urls())
+    process = spawn(*args, "--index-rate", "1", env=ENV)
+    stopped = stop_when(process, lambda: len(mirror.index.log) >= 2, sig)
+    assert stopped.code == exit_code(sig), stopped.stderr
+    assert stopped.took < BOUND, stopped.took
+    assert sent_after(mirror.index, stopped.sent) == []
+    assert "lane_rate" in stopped.stderr  # the waiting seeds were given back, and why
+    assert "Traceback" not in stopped.stderr
+    assert len(mirror.index.log) < len(NAMES)
+    again = stagecrawl(*args, env=ENV)
+    assert again.returncode == 0, again.stderr
+    assert {e["NAME"] for e in dump(url)["TB_COMP_LIB_RUST_LIST"]} == set(NAMES)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_collecting_at_a_tenth_of_a_request_a_second_stops_at_once(
+    mirror: Mirror, tmp_path: Path, sig: signal.Signals
+) -> None:
+    names = NAMES[:8]
+    url = f"sqlite:///{tmp_path / 'slow.db'}"
+    args = ("crates", "crawl", *names, "--db", url, *mirror.urls())
+    process = spawn(*args, "--api-rate", "0.1", env=ENV)
+    stopped = stop_when(process, lambda: len(mirror.api.log) >= 1, sig)
+    assert stopped.code == exit_code(sig), stopped.stderr
+    assert stopped.took < BOUND, stopped.took  # not the grace period: nothing was on the wire
+    assert sent_after(mirror.api, stopped.sent) == []
+    assert sent_after(mirror.index, stopped.sent) == []
+    assert "returned to the queue" in stopped.stderr and "Traceback" not in stopped.stderr
+    assert held_leases(url) == []
+    assert max(collected(url)) < 30  # given back, not failed: no crate is on the ladder
+    again = stagecrawl(*args, env=ENV)
+    assert again.returncode == 0, again.stderr
+    assert collected(url) <= {1, 2}  # every event collected (or skipped as known)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_budget_wait_is_ours_and_stops_at_once(
+    mirror: Mirror, tmp_path: Path, sig: signal.Signals
+) -> None:
+    names = NAMES[:6]
+    url = f"sqlite:///{tmp_path / 'budget.db'}"
+    args = ("crates", "crawl", *names, "--db", url, *mirror.urls())
+    process = spawn(*args, "--api-rate", "20", "--api-budget", "2/600s", env=ENV)
+    stopped = stop_when(process, lambda: len(mirror.api.log) >= 2, sig)
+    assert stopped.code == exit_code(sig), stopped.stderr
+    assert stopped.took < BOUND, stopped.took
+    assert sent_after(mirror.api, stopped.sent) == []
+    # the log names our own budget as the cause, never the server
+    assert "our request budget" in stopped.stderr, stopped.stderr
+    assert "server asked" not in stopped.stderr
+    assert len(mirror.api.log) == 2
+    assert max(collected(url)) < 30
+    again = stagecrawl(*args, env=ENV)
+    assert again.returncode == 0, again.stderr
+    assert collected(url) <= {1, 2}
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_429_cooldown_stops_at_once(mirror: Mirror, tmp_path: Path, sig: signal.Signals) -> None:
+    names = NAMES[:6]
+    url = f"sqlite:///{tmp_path / 'cool.db'}"
+    mirror.api.rule("/api/*", too_many=10_000, retry_after="120")
+    args = ("crates", "crawl", *names, "--db", url, *mirror.urls())
+    process = spawn(*args, "--api-rate", "20", env=ENV)
+    stopped = stop_when(process, lambda: len(mirror.api.log) >= 1, sig)
+    assert stopped.code == exit_code(sig), stopped.stderr
+    assert stopped.took < BOUND, stopped.took
+    assert sent_after(mirror.api, stopped.sent) == []
+    assert len(mirror.api.log) == 1  # the host is paused: only the first saw the 429
+    assert "cooldown" in stopped.stderr
+    assert max(collected(url)) < 30  # the 429's crate too waits, it does not fail
+    mirror.api.clear_rules()
+    again = stagecrawl(*args, env=ENV)
+    assert again.returncode == 0, again.stderr
+    assert collected(url) <= {1, 2}
+
+
+def test_lock_waiting_for_the_index_stops_at_once(mirror: Mirror, tmp_path: Path) -> None:
+    lock = tmp_path / "Cargo.lock"
+    lock.write_text(
+        "version = 3\n"
+        + "".join(
+            f'\n[[package]]\nname = "{n}"\nversion = "1.0.0"\n'
+            'source = "registry+https://github.com/rust-lang/crates.io-index"\n'
+            for n in NAMES
+        )
+    )
+    url = f"sqlite:///{tmp_path / 'lock.db'}"
+    args = ("crates", "lock", "--lockfile", str(lock), "--db", url, *mirror.urls())
+    process = spawn(*args, "--index-rate", "1", env=ENV)
+    stopped = stop_when(process, lambda: len(mirror.index.log) >= 2, signal.SIGTERM)
+    assert stopped.code == 143, stopped.stderr
+    assert stopped.took < BOUND, stopped.took
+    assert sent_after(mirror.index, stopped.sent) == []
+    assert "Traceback" not in stopped.stderr
+    again = stagecrawl(*args, env=ENV)
+    assert again.returncode in (0, 1), again.stderr  # 1: pins the index does not list
+    assert dump(url)["TB_COMP_LIB_RUST_LIST"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_dump_load_polls_the_stop(tmp_path: Path, sig: signal.Signals) -> None:
+    source = tmp_path / "db-dump.tar.gz"
+    build_dump(source, crates=1500, versions_per=40)  # 60,000 versions: a load of seconds
+    db_file = tmp_path / "dump.db"
+    url = f"sqlite:///{db_file}"
+    args = ("crates", "dbdump", "--source", str(source), "--db", url)
+    process = spawn(*args, env=ENV)
+    stopped = stop_when(process, db_file.exists, sig)
+    assert stopped.code == exit_code(sig), stopped.stderr
+    assert stopped.took < BOUND, stopped.took  # not the rest of the load
+    assert "Traceback" not in stopped.stderr
+    assert versions_in(db_file) < 60_000  # stopped part way
+    again = stagecrawl(*args, env=ENV)
+    assert again.returncode == 0, again.stderr
+    assert versions_in(db_file) == 60_000
+
+
+def versions_in(db_file: Path) -> int:
+    with contextlib.closing(sqlite3.connect(db_file)) as conn:
+        try:
+            return int(conn.execute("SELECT COUNT(*) FROM TB_COMP_LIB_VERSION_RUST").fetchone()[0])
+        except sqlite3.OperationalError:  # stopped before the table was made
+            return 0

@@ -14,7 +14,8 @@ from aiohttp import web
 from stagecrawl import __version__
 from stagecrawl.engine.clock import ScaledClock
 from stagecrawl.engine.fetcher import Fetcher, FetchSettings, Validators, require_contact
-from stagecrawl.engine.ratelimit import Lane, Lanes, LocalLimiter, Rate
+from stagecrawl.engine.ratelimit import Budget, Lane, Lanes, LocalLimiter, Rate, WaitReason
+from stagecrawl.engine.shutdown import GracefulStop, Unsent
 from stagecrawl.errors import (
     BodyTooLarge,
     ConfigError,
@@ -292,3 +293,44 @@ async def test_a_token_goes_only_to_its_lane_never_after_redirect(
     )
     assert "Authorization" not in origin.requests_to("/api/x.json")[0].headers
     assert "Authorization" not in other_origin.requests_to("/index/data.json")[0].headers
+
+
+@pytest.mark.parametrize(
+    ("lane_rate", "budgets", "rule", "reason"),
+    [
+        (0.05, (), {}, WaitReason.LANE_RATE),  # our rate: one request per 20 s
+        (50.0, (Budget(1, 600),), {}, WaitReason.BUDGET),  # our budget: one per 10 min
+        (50.0, (), {"too_many": 1, "retry_after": "300"}, WaitReason.COOLDOWN),  # theirs
+        (50.0, (), {"fail_times": 5, "fail_status": 500}, WaitReason.BACKOFF),
+    ],
+)
+async def test_a_stop_ends_every_wait_at_once_and_nothing_more_is_sent(
+    origin: TestOrigin,
+    lane_rate: float,
+    budgets: tuple[Budget, ...],
+    rule: dict[str, object],
+    reason: WaitReason,
+) -> None:
+    origin.add("a.json", {"a": 1})
+    origin.add("b.json", {"b": 1})
+    if rule:
+        origin.rule("/b.json", **rule)  # type: ignore[arg-type]
+    stop = GracefulStop()
+    lanes = Lanes([Lane("api", origin.url + "/", Rate(lane_rate), budgets)])
+    settings = FetchSettings(backoff_base=30.0, backoff_cap=30.0)
+    async with Fetcher(settings, lanes, rng=random.Random(1), stop=stop) as fetcher:
+        if reason is not WaitReason.COOLDOWN and reason is not WaitReason.BACKOFF:
+            await fetcher.get(origin.url + "/a.json")  # takes the token / the budget
+        waiting = asyncio.ensure_future(fetcher.get(origin.url + "/b.json"))
+        await asyncio.sleep(0.3)
+        assert not waiting.done()  # it waits (20 s, 10 min, 300 s, a backoff of up to 30 s)
+        seen = len(origin.log)
+        started = time.monotonic()
+        stop.request()
+        with pytest.raises(Unsent) as given_back:
+            await waiting
+        assert time.monotonic() - started < 5.0  # at once, not after the wait (≥ 20 s)
+        assert given_back.value.reason is reason
+        with pytest.raises(Unsent):  # and nothing new goes out after the stop
+            await fetcher.get(origin.url + "/a.json")
+    assert len(origin.log) == seen

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 import pytest
 
+from stagecrawl.engine.clock import RealClock
+from stagecrawl.engine.ratelimit import WaitReason, wait_or_stop
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.engine.work import LoopSettings, WorkLoop
 
@@ -87,6 +89,41 @@ async def test_an_unexpected_error_ends_the_run_instead_of_looping() -> None:
     assert 5 in queue.released  # the unit went back, it was not completed
     assert not {5} & {u for batch in queue.batches for u in batch}
     assert queue.todo  # claiming stopped: the rest waits for a run without the bug
+
+
+async def test_waiting_units_are_given_back_at_once_not_after_the_grace_period() -> None:
+    queue = RecordingQueue(20)
+    stop = GracefulStop()
+    on_the_wire = asyncio.Event()
+
+    async def process(unit: int) -> int:
+        if unit == 0:  # on the wire: finishes inside the grace period, and is kept
+            on_the_wire.set()
+            await asyncio.sleep(0.5)
+            return unit
+        # the others wait for a token; a process that turns every Exception into a failure
+        # result must not turn the stop into one
+        try:
+            await wait_or_stop(RealClock(), 600.0, WaitReason.LANE_RATE, stop)
+        except Exception:
+            return -1
+        return unit
+
+    async def signal_soon() -> None:
+        await on_the_wire.wait()
+        await asyncio.sleep(0.1)
+        stop.request()
+
+    settings = LoopSettings(concurrency=4, claim_ahead=2, grace_period=30.0)
+    signaller = asyncio.ensure_future(signal_soon())
+    started = asyncio.get_running_loop().time()
+    stats = await WorkLoop(queue, process, settings, stop).run()
+    await signaller
+    took = asyncio.get_running_loop().time() - started
+    assert took < 10.0  # the waiters did not hold the stop for the 30 s grace period
+    assert [u for batch in queue.batches for u in batch] == [0]  # no failure result either
+    assert sorted(queue.released) == [1, 2, 3, 4, 5]
+    assert stats.given_back == {"lane_rate": 3, "unstarted": 2}
 
 
 def test_concurrency_must_be_positive() -> None:

@@ -164,7 +164,7 @@ def run(
     import asyncio
     import contextlib
 
-    from stagecrawl.engine.shutdown import GracefulStop, Interrupted
+    from stagecrawl.engine.shutdown import GracefulStop, Interrupted, Unsent
 
     async def main() -> int:
         stop = GracefulStop()
@@ -177,7 +177,7 @@ def run(
                 await asyncio.wait({task}, timeout=grace + 2.0)
             if not task.done():
                 task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Interrupted):
+                with contextlib.suppress(asyncio.CancelledError, Interrupted, Unsent):
                     await task
                 console.print(
                     f"stopped after the grace period ({grace:g}s); what was written stays",
@@ -186,7 +186,7 @@ def run(
                 return stop.exit_code
             try:
                 code = task.result()
-            except Interrupted:
+            except (Interrupted, Unsent):  # Unsent: stopped while waiting to send (no loop)
                 return stop.exit_code
         return stop.exit_code if stop.requested else code
 

@@ -4,6 +4,7 @@ JSON API (enrichment), each answer cached for the run so a crate costs one reque
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 from collections import OrderedDict
@@ -22,28 +23,68 @@ T = TypeVar("T")
 log = logging.getLogger("stagecrawl.crates")
 
 
-class RunCache(Generic[T]):
-    """Futures by key, so concurrent askers share one request; the oldest finished entries are
-    dropped past `size` so a registry-sized run keeps bounded memory."""
+# What the run cache may hold, by estimated size in memory: parsed answers weigh about 8×
+# their raw bytes (an index file of 30 versions, 8 KB raw, is ~64 KB as IndexVersions). The
+# bound is in bytes, not entries: a crate of 3,000 versions weighs a hundred small ones.
+RUN_CACHE_BYTES = 32 * 1024 * 1024
+RUN_CACHE_ENTRIES = 4096
+PARSED_WEIGHT = 8
 
-    def __init__(self, size: int = 4096) -> None:
+
+class RunCache(Generic[T]):
+    """Futures by key, so concurrent askers share one request (a crawl's seeder and collector
+    ask the index for the same crate). Finished entries are dropped oldest first past
+    `max_bytes` (each weighed by `weigh` when it finishes) or `size` entries, and on `forget`
+    once the caller is done with one, so memory is bounded by these settings, not by the
+    size of the crawl."""
+
+    def __init__(
+        self,
+        size: int = RUN_CACHE_ENTRIES,
+        max_bytes: int = RUN_CACHE_BYTES,
+        weigh: Callable[[T], int] = lambda _value: 0,
+    ) -> None:
         self.size = size
+        self.max_bytes = max_bytes
+        self.weigh = weigh
+        self.bytes = 0
         self._entries: OrderedDict[str, asyncio.Future[T]] = OrderedDict()
+        self._weights: dict[asyncio.Future[T], int] = {}
 
     async def get(self, key: str, make: Callable[[], Awaitable[T]]) -> T:
         future = self._entries.get(key)
         if future is None:
             future = asyncio.ensure_future(make())
+            future.add_done_callback(functools.partial(self._settled, key))
             self._entries[key] = future
             self._evict()
         return await asyncio.shield(future)
 
+    def forget(self, key: str) -> None:
+        """The caller is done with `key` (its rows are built): drop it if it is finished."""
+        future = self._entries.get(key)
+        if future is not None and future.done():
+            del self._entries[key]
+            self.bytes -= self._weights.pop(future, 0)
+
+    def _settled(self, key: str, future: asyncio.Future[T]) -> None:
+        # The cache owns its futures: one whose askers were all cancelled (a stop past the
+        # grace period) must not end in "exception was never retrieved" on stderr.
+        if future.cancelled() or future.exception() is not None:
+            return
+        weight = self.weigh(future.result())
+        if weight and self._entries.get(key) is future:  # (not evicted or forgotten meanwhile)
+            self._weights[future] = weight
+            self.bytes += weight
+            self._evict()
+
     def _evict(self) -> None:
-        while len(self._entries) > self.size:
+        while len(self._entries) > self.size or self.bytes > self.max_bytes:
             oldest_key, oldest = next(iter(self._entries.items()))
             if not oldest.done():
                 break
             del self._entries[oldest_key]
+            self.bytes -= self._weights.pop(oldest, 0)
 
 
 @dataclass(frozen=True)
@@ -53,6 +94,7 @@ class IndexEntry:
     validators: Validators
     sha256: str
     problems: tuple[IndexProblem, ...] = ()  # lines skipped as unreadable
+    raw_bytes: int = 0  # the size of the file as served (the run cache weighs entries by it)
 
     def problem_lines(self) -> list[str]:
         return [str(p) for p in self.problems]
@@ -89,7 +131,9 @@ def index_entry(content: bytes, validators: Validators, name: str | None = None)
             more,
         )
     digest = hashlib.sha256(content).hexdigest()
-    return IndexEntry(real, parsed.versions, validators, digest, tuple(parsed.problems))
+    return IndexEntry(
+        real, parsed.versions, validators, digest, tuple(parsed.problems), len(content)
+    )
 
 
 def explain(exc: Exception) -> str:
@@ -110,8 +154,10 @@ class CratesClient:
         self.fetcher = fetcher
         self.index_url = index_url.rstrip("/") + "/"
         self.api_url = api_url.rstrip("/") + "/"
-        self._index: RunCache[IndexEntry] = RunCache()
-        self._api: RunCache[ApiCrate | None] = RunCache()
+        self._index: RunCache[IndexEntry] = RunCache(
+            weigh=lambda entry: PARSED_WEIGHT * entry.raw_bytes
+        )
+        self._api: RunCache[ApiCrate | None] = RunCache(weigh=_api_weight)
         self.index_requests = 0
         self.api_requests = 0
 
@@ -148,3 +194,14 @@ class CratesClient:
 
     async def _get(self, url: str) -> FetchResult:
         return await self.fetcher.get(url)
+
+    def forget(self, name: str) -> None:
+        """The crate's rows are built: its index and API answers need not stay in memory."""
+        key = identity_key(name)
+        self._index.forget(key)
+        self._api.forget(key)
+
+
+def _api_weight(crate: ApiCrate | None) -> int:
+    """About what a parsed API answer holds (measured: ~250 bytes a version, 1 KB a crate)."""
+    return 0 if crate is None else 1024 + 256 * len(crate.versions)

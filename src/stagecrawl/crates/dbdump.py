@@ -32,6 +32,7 @@ from stagecrawl.crates.queue import utcnow
 from stagecrawl.crates.rows import CRATES_IO_PAGE
 from stagecrawl.crates.semver import SEMVER
 from stagecrawl.crates.tables import LANGUAGE, REPOSITORY, products, versions
+from stagecrawl.engine.shutdown import Interrupted, current_stop
 from stagecrawl.errors import InputError
 from stagecrawl.storage.db import Database, dumps
 from stagecrawl.storage.owners import LatestVersion, VersionOrder
@@ -44,6 +45,7 @@ BATCH = 5000
 # transactions spare commits (an fsync each), small batches keep the rows in memory few.
 WRITE_BATCH = 2000
 COMMIT_ROWS = 20_000
+STOP_POLL = 2000  # rows read between two looks at the stop
 DEP_CACHE = 10_000  # encoded dependencies kept (raw fields -> JSON)
 FEATURES_CACHE = 10_000
 VERSION_KEYS = 16_384
@@ -91,7 +93,16 @@ class Rows:
 
     def __iter__(self) -> Iterator[list[str]]:
         width = self.width
+        # A load runs in a thread for minutes: it looks at the stop every STOP_POLL rows (a
+        # stopped load keeps what it committed; the upserts make a rerun redo it harmlessly).
+        stop = current_stop()
+        countdown = STOP_POLL
         for row in self._reader:
+            countdown -= 1
+            if not countdown:
+                countdown = STOP_POLL
+                if stop is not None and stop.stopped():
+                    raise Interrupted(f"dump load stopped while reading {self.table}.csv")
             if len(row) < width:
                 if not row:
                     continue  # a blank line, which DictReader skipped too
@@ -528,6 +539,9 @@ def _load_products(db: Database, crates: dict[str, CrateInfo]) -> int:
                 now,
             )
         )
+    stop = current_stop()
     for start in range(0, len(rows), BATCH):
+        if stop is not None and stop.stopped():
+            raise Interrupted("dump load stopped while writing PRODUCT")
         db.transaction(partial(writer.execute, rows=rows[start : start + BATCH]))
     return len(rows)

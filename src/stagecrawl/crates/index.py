@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from stagecrawl.crates.names import identity_key, validate_name, validate_version
@@ -33,9 +33,21 @@ class IndexVersion:
     links: str | None
     rust_version: str | None
     pubtime: str | None
+    _stored: list[dict[str, Any]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def dependencies(self) -> list[dict[str, Any]]:
-        """The stored form: `name` is the real package, `rename` the name used in code."""
+        """The stored form: `name` is the real package, `rename` the name used in code. Built
+        once per version: parsing builds it (a line whose form cannot be built is a bad line)
+        and the VERSION row reuses it."""
+        stored = self._stored
+        if stored is None:
+            stored = self._build_dependencies()
+            object.__setattr__(self, "_stored", stored)  # a cache, not a change of value
+        return stored
+
+    def _build_dependencies(self) -> list[dict[str, Any]]:
         result = []
         for dep in self.deps:
             real = dep.get("package") or dep["name"]

@@ -3,6 +3,7 @@ entry (authoritative) and the API answer (enrichment only)."""
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from stagecrawl.crates.api import ApiCrate, parse_time
@@ -17,6 +18,9 @@ from stagecrawl.storage.db import dumps
 from stagecrawl.storage.owners import latest_version
 
 CRATES_IO_PAGE = "https://crates.io/crates/"
+
+# A crate's rows share its key and SCM: made once per crate, not once per version row.
+_product_key = lru_cache(maxsize=1024)(product_key)
 
 
 def version_row(
@@ -34,7 +38,7 @@ def version_row(
     return {
         "LANGUAGE": LANGUAGE,
         "REPOSITORY": REPOSITORY,
-        "PRODUCT_KEY": product_key(real),
+        "PRODUCT_KEY": _product_key(real),
         "VERSION": version.vers,
         "NAME": real,
         "DESCRIPTION": api.description if api else None,
@@ -50,7 +54,7 @@ def version_row(
         "RUST_VERSION": version.rust_version,
         "LINKS": version.links,
         "URL": f"{CRATES_IO_PAGE}{real}/{version.vers}",
-        "SCM": _scm(api),
+        "SCM": _crate_scm(api),
         "DOWNLOADS": api_version.downloads if api_version else None,
         "RELEASE_DATE": released or parse_time(version.pubtime),
         "PROCESSED": COLLECTED,
@@ -89,6 +93,20 @@ def index_state_row(entry: IndexEntry, now: Any) -> dict[str, Any]:
         "CONTENT_SHA256": entry.sha256,
         "CHECKED_AT": now,
     }
+
+
+_last_scm: tuple[ApiCrate | None, str | None] = (None, None)
+
+
+def _crate_scm(api: ApiCrate | None) -> str | None:
+    """`_scm` of the crate whose versions are being built (the rows of one crate are built
+    one after another on the event loop, so the last answer is the one asked for again)."""
+    global _last_scm
+    if api is None:
+        return None
+    if _last_scm[0] is not api:
+        _last_scm = (api, _scm(api))
+    return _last_scm[1]
 
 
 def _scm(api: ApiCrate | None) -> str | None:

@@ -359,6 +359,8 @@ class Collector:
             self.summary.index_problems[entry.real_name] = entry.problem_lines()
         if unreadable:
             outcomes += self._index_line_failures(entry, unreadable)
+        self.client.forget(real)  # rows built: the run cache need not keep this crate
+        self.client.forget(entry.real_name)
         return outcomes, versions, (product_row(entry, api, now), index_state_row(entry, now))
 
     def _index_line_failures(self, entry: IndexEntry, events: list[Claimed]) -> list[Outcome]:

@@ -12,6 +12,7 @@ frontier's retry ladder instead of being lost or marked done.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -38,6 +39,7 @@ from stagecrawl.errors import FetchError
 log = logging.getLogger("stagecrawl.crawler")
 
 Output = Request | Item
+START_CHUNK = 10_000  # start requests added to the frontier per transaction
 
 
 class Stage(Protocol):
@@ -62,6 +64,9 @@ class CrawlSummary:
     resumed: int = 0
     retried: int = 0  # failed in an earlier run, tried again in this one
     released: int = 0
+    # given back on a stop, by why: unstarted, waiting (lane_rate, budget, cooldown,
+    # backoff, stop) or cut off after the grace period
+    given_back: dict[str, int] = field(default_factory=dict)
     interrupted: bool = False
     wall_seconds: float = 0.0
     ladder: int = 0  # failed, retried by the next run
@@ -84,6 +89,8 @@ class CrawlSummary:
             rows[f"  failed ×{attempts}: {url}"] = why
         if self.interrupted:
             rows["returned to the frontier"] = self.released
+            for why, count in sorted(self.given_back.items()):
+                rows[f"  returned: {why}"] = count
         rows["wall time"] = f"{self.wall_seconds:.1f}s"
         return rows
 
@@ -103,6 +110,7 @@ class CrawlSummary:
             ],
             "interrupted": self.interrupted,
             "released": self.released,
+            "given_back": dict(sorted(self.given_back.items())),
             "wall_seconds": round(self.wall_seconds, 3),
         }
 
@@ -134,7 +142,7 @@ class Crawler:
 
     async def run(self) -> CrawlSummary:
         try:
-            await self.queue.add(list(self.stage.start_requests()))
+            await self._add_start_requests()
             self._to_do = await self.queue.pending()
             try:
                 stats = await self.loop.run()
@@ -149,12 +157,24 @@ class Crawler:
         summary.items = self.queue.items
         summary.duplicates = self.queue.duplicates
         summary.released = stats.released
+        summary.given_back = dict(stats.given_back)
         summary.interrupted = stats.interrupted
         summary.wall_seconds = stats.wall_seconds
         summary.ladder = counts.get(FAILED, 0)
         summary.gave_up = counts.get(GAVE_UP, 0)
         summary.last_errors = [(url, attempts, why) for url, _state, attempts, why in ladder]
         return summary
+
+    async def _add_start_requests(self) -> None:
+        """Stream the stage's start requests into the frontier START_CHUNK at a time: memory
+        holds one chunk, not a million requests. A stop ends the streaming; the frontier
+        ignores keys it knows, so the next run offers them all again and adds the rest."""
+        requests = iter(self.stage.start_requests())
+        while not self.stop.requested:
+            chunk = list(itertools.islice(requests, START_CHUNK))
+            if not chunk:
+                return
+            await self.queue.add(chunk)
 
     async def _process(self, request: Request) -> CrawlResult:
         try:

@@ -10,6 +10,10 @@ stagecrawl is allowed to use.
 Send path, outermost first: `get`/`post_json` (retries, 429 handling) → `_follow` (redirects,
 each hop paced) → `_exchange` (one HTTP exchange under the total deadline, size limits).
 
+A stop request (the command's, see shutdown.py) ends every wait on this path at once with
+`Unsent` (a lane token, a budget, a host cooldown, a retry backoff) and no exchange starts
+after it; an exchange already on the wire is left to the work loop's grace period.
+
 The retry ladder is hand-written rather than delegated to tenacity or stamina: a 429 must pause
 the whole host (every waiter, not only the request that saw it) through the shared limiter and
 slow the lane down, a rate-limited request waits its turn for as long as `max_retry_after`
@@ -36,7 +40,17 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 from stagecrawl import __version__
 from stagecrawl.engine.clock import Clock, RealClock
-from stagecrawl.engine.ratelimit import Lane, Lanes, Limiter, LocalLimiter, WaitTooLong, origin_of
+from stagecrawl.engine.ratelimit import (
+    Lane,
+    Lanes,
+    Limiter,
+    LocalLimiter,
+    WaitReason,
+    WaitTooLong,
+    origin_of,
+    wait_or_stop,
+)
+from stagecrawl.engine.shutdown import GracefulStop, Unsent, current_stop
 from stagecrawl.errors import (
     BodyTooLarge,
     ConfigError,
@@ -161,8 +175,10 @@ class Fetcher:
         limiter: Limiter | None = None,
         clock: Clock | None = None,
         rng: random.Random | None = None,
+        stop: GracefulStop | None = None,
     ) -> None:
         self.settings = settings or FetchSettings()
+        self._own_stop = stop
         self.clock = clock or RealClock()
         self.lanes = lanes or Lanes(default=None)
         self.limiter: Limiter = limiter or LocalLimiter(clock=self.clock)
@@ -201,6 +217,11 @@ class Fetcher:
         """Full jitter: uniform(0, min(cap, base * 2**n)), so concurrent retries decorrelate."""
         s = self.settings
         return self.rng.uniform(0.0, min(s.backoff_cap, s.backoff_base * 2**retry_number))
+
+    @property
+    def stop(self) -> GracefulStop | None:
+        """The stop this fetcher's waits listen to: its own, else the running command's."""
+        return self._own_stop or current_stop()
 
     def lane(self, url: str, name: str | None = None) -> Lane:
         return self.lanes.named(name) if name else self.lanes.for_url(url)
@@ -306,7 +327,7 @@ class Fetcher:
             if retry_after is not None and retry_after <= settings.max_retry_after:
                 await self.limiter.pause(host, retry_after)  # a 503 that says when
             else:
-                await clock.sleep(self.backoff(failures - 1))
+                await wait_or_stop(clock, self.backoff(failures - 1), WaitReason.BACKOFF, self.stop)
 
     async def download(
         self, url: str, destination: Path, max_bytes: int, *, lane: str | None = None
@@ -314,7 +335,10 @@ class Fetcher:
         """Stream a large body (a database dump) to a file: paced like `get`, never held in
         memory, bounded by `download_deadline`. One attempt; errors are typed like `get`'s."""
         chosen = self.lane(url, lane)
-        await self.limiter.acquire(chosen, origin_of(url), self.settings.max_retry_after)
+        stop = self.stop
+        await self.limiter.acquire(chosen, origin_of(url), self.settings.max_retry_after, stop)
+        if stop is not None and stop.requested:
+            raise Unsent(WaitReason.STOP)
         self.stats.requests[chosen.name] += 1
         size = 0
         headers = self._auth(chosen, url)
@@ -354,8 +378,11 @@ class Fetcher:
         self, request: _Request, max_wait: float | None
     ) -> tuple[str, int, CIMultiDictProxy[str], bytes]:
         current = request.url
+        stop = self.stop
         for _hop in range(self.settings.max_redirects + 1):
-            await self.limiter.acquire(request.lane, origin_of(current), max_wait)
+            await self.limiter.acquire(request.lane, origin_of(current), max_wait, stop)
+            if stop is not None and stop.requested:  # (a shared limiter answers over the network)
+                raise Unsent(WaitReason.STOP)
             status, headers, body = await self._exchange(request, current)
             if status not in REDIRECT_STATUSES:
                 return current, status, headers, body

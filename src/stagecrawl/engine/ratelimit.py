@@ -23,17 +23,19 @@ The GCRA here and its Lua twin in redis_limiter.py keep all of it in one atomic 
 
 from __future__ import annotations
 
+import enum
 import logging
 import math
 import re
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Protocol
 from urllib.parse import urlsplit
 
 from stagecrawl.engine.clock import Clock, RealClock
+from stagecrawl.engine.shutdown import GracefulStop, Unsent, sleep_unless_stopped
 
 log = logging.getLogger("stagecrawl.pacing")
 
@@ -116,6 +118,13 @@ def origin_of(url: str) -> str:
     return f"{scheme}://{host}:{port}"
 
 
+def _location(url: str) -> str:
+    """`origin + path` of a URL (no query, no fragment): what a lane's prefix is matched on."""
+    origin = origin_of(url)
+    rest = url[url.find("/", url.find("://") + 3) :] if url.count("/") >= 3 else "/"
+    return origin + (rest.split("?", 1)[0].split("#", 1)[0] or "/")
+
+
 def _prefix(url: str) -> str:
     parts = urlsplit(url)
     path = parts.path if parts.path.endswith("/") else parts.path + "/"
@@ -137,25 +146,26 @@ class Lane:
     min_rate: float | None = None  # AIMD floor; default: 1/16 of the nominal rate
     token: str | None = field(default=None, repr=False, compare=False)
 
-    @property
+    # Computed once per lane (the fetcher asks on every request).
+    @cached_property
     def origin(self) -> str:
         return origin_of(self.url)
 
-    @property
+    @cached_property
     def prefix(self) -> str:
         return _prefix(self.url)
 
     def covers(self, url: str) -> bool:
-        origin = origin_of(url)
-        rest = url[url.find("/", url.find("://") + 3) :] if url.count("/") >= 3 else "/"
-        path = rest.split("?", 1)[0].split("#", 1)[0] or "/"
-        return (origin + path).startswith(self.prefix)
+        return _location(url).startswith(self.prefix)
 
     @property
     def floor(self) -> float | None:
         if self.rate is None:
             return None
         return self.min_rate if self.min_rate is not None else self.rate.per_second / 16
+
+
+_DIRECTORIES_KEPT = 4096
 
 
 class Lanes:
@@ -166,6 +176,9 @@ class Lanes:
 
     def __init__(self, lanes: Iterable[Lane] = (), default: Rate | None = Rate(1.0)) -> None:
         self._lanes: dict[str, Lane] = {}
+        # The lane of a URL depends only on its directory (every prefix ends in "/"): cached
+        # by it, so the fetcher's lookup per request is one dict hit, not a parse per lane.
+        self._by_directory: dict[str, Lane] = {}
         for lane in lanes:
             self.add(lane)
         self.default = default
@@ -175,6 +188,7 @@ class Lanes:
         if lane.name in self._lanes:
             raise ValueError(f"two lanes named {lane.name!r}")
         self._lanes[lane.name] = lane
+        self._by_directory.clear()
 
     def __iter__(self) -> Iterator[Lane]:
         return iter([*self._lanes.values(), *self._adhoc.values()])
@@ -183,16 +197,26 @@ class Lanes:
         return self._lanes[name]
 
     def for_url(self, url: str) -> Lane:
+        location = _location(url)
+        directory = location[: location.rfind("/") + 1]
+        found = self._by_directory.get(directory)
+        if found is not None:
+            return found
         best: Lane | None = None
         for lane in self._lanes.values():
-            if lane.covers(url) and (best is None or len(lane.prefix) > len(best.prefix)):
+            if directory.startswith(lane.prefix) and (
+                best is None or len(lane.prefix) > len(best.prefix)
+            ):
                 best = lane
-        if best is not None:
-            return best
-        origin = origin_of(url)
-        if origin not in self._adhoc:
-            self._adhoc[origin] = Lane(origin.split("//", 1)[-1], origin + "/", self.default)
-        return self._adhoc[origin]
+        if best is None:
+            origin = origin_of(url)
+            if origin not in self._adhoc:
+                self._adhoc[origin] = Lane(origin.split("//", 1)[-1], origin + "/", self.default)
+            best = self._adhoc[origin]
+        if len(self._by_directory) >= _DIRECTORIES_KEPT:
+            self._by_directory.clear()  # bounded: a crawl of many directories re-derives
+        self._by_directory[directory] = best
+        return best
 
 
 @dataclass(frozen=True)
@@ -203,22 +227,84 @@ class Adaptive:
     recover_step: float = 0.1  # fraction of the nominal rate added per quiet period
 
 
-class WaitTooLong(Exception):
-    """The lane or its host asks for a longer wait than the caller may spend."""
+class WaitReason(enum.StrEnum):
+    """Why a request could not go yet. Ours (the lane's rate, a budget) is not the server's
+    (a 429 cooldown): logs and stop summaries say which, and a unit given back keeps it."""
 
-    def __init__(self, seconds: float, why: str) -> None:
+    LANE_RATE = "lane_rate"  # our own pacing: the lane's token bucket
+    BUDGET = "budget"  # our own budget window (e.g. 600 requests per 10 minutes) is spent
+    COOLDOWN = "cooldown"  # the host answered 429: its Retry-After, or our backoff after it
+    BACKOFF = "backoff"  # our retry backoff after a transient failure
+    STOP = "stop"  # no wait: the stop came before the request was sent
+
+    @property
+    def text(self) -> str:
+        return _REASON_TEXT[self]
+
+
+_REASON_TEXT = {
+    WaitReason.LANE_RATE: "our lane's rate",
+    WaitReason.BUDGET: "our request budget",
+    WaitReason.COOLDOWN: "the server's 429 cooldown",
+    WaitReason.BACKOFF: "a retry backoff",
+    WaitReason.STOP: "nothing (stopped before sending)",
+}
+
+# A wait at least this long is logged with its reason (once a minute per lane and reason).
+LONG_WAIT = 5.0
+_LOG_EVERY = 60.0
+
+
+class WaitTooLong(Exception):
+    """The host's cooldown asks for a longer wait than the caller may spend."""
+
+    def __init__(self, seconds: float, why: str, reason: WaitReason = WaitReason.COOLDOWN) -> None:
         super().__init__(f"{why}: {seconds:.0f}s")
         self.seconds = seconds
         self.why = why
+        self.reason = reason
+
+
+class WaitLog:
+    """One log line per long wait, naming its real cause, at most once a minute per lane
+    and reason (a thousand waiters behind one budget say it once)."""
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[str, WaitReason], float] = {}
+
+    def note(self, lane: Lane, reason: WaitReason, why: str, seconds: float, now: float) -> None:
+        if seconds < LONG_WAIT:
+            return
+        key = (lane.name, reason)
+        if now - self._last.get(key, float("-inf")) < _LOG_EVERY:
+            return
+        self._last[key] = now
+        log.info("%s lane waits %.0fs for %s: %s", lane.name, seconds, reason.text, why)
+
+
+async def wait_or_stop(
+    clock: Clock, seconds: float, reason: WaitReason, stop: GracefulStop | None
+) -> None:
+    """Sleep `seconds` on `clock`; a stop ends the wait at once with Unsent(reason)."""
+    if await sleep_unless_stopped(clock.sleep(seconds), stop):
+        raise Unsent(reason, seconds)
 
 
 class Limiter(Protocol):
     """What the fetcher needs from a limiter; the Redis-backed one implements the same calls."""
 
-    async def acquire(self, lane: Lane, origin: str, max_wait: float | None = None) -> float:
+    async def acquire(
+        self,
+        lane: Lane,
+        origin: str,
+        max_wait: float | None = None,
+        stop: GracefulStop | None = None,
+    ) -> float:
         """Wait until `origin` is out of cooldown and `lane` has a token and budget left, then
         take them; returns the seconds waited. Raises WaitTooLong, without waiting, when the
-        wait would exceed `max_wait`."""
+        host's cooldown would exceed `max_wait` (our own rate and budgets are waited out:
+        they are bounded by their window). A stop request ends the wait with Unsent, and no
+        token is taken after it."""
 
     async def pause(self, origin: str, seconds: float) -> None:
         """Put the whole host in cooldown for at least `seconds` from now."""
@@ -264,6 +350,7 @@ class LocalLimiter:
         self._clock = clock or RealClock()
         self._lanes: dict[str, _LaneState] = {}
         self._cooldown_until: dict[str, float] = {}
+        self._waits = WaitLog()
 
     def _state(self, lane: Lane) -> _LaneState:
         state = self._lanes.get(lane.name)
@@ -289,14 +376,14 @@ class LocalLimiter:
             lane, state.rate, False, f"after {steps * self.adaptive.quiet_period:.0f}s without 429"
         )
 
-    def _wait_for(self, lane: Lane, origin: str, now: float) -> tuple[float, str]:
-        """Seconds until a grant is possible (0 = now) and what holds it back."""
+    def _wait_for(self, lane: Lane, origin: str, now: float) -> tuple[float, WaitReason, str]:
+        """Seconds until a grant is possible (0 = now), what holds it back, and in words."""
         state = self._state(lane)
         cooldown = self._cooldown_until.get(origin, float("-inf"))
         if cooldown > now:
-            return cooldown - now, f"{origin} is cooling down after a 429"
+            return cooldown - now, WaitReason.COOLDOWN, f"{origin} is cooling down after a 429"
         self._recover(lane, state, now)
-        wait, why = 0.0, f"{lane.name} lane rate"
+        wait, reason, why = 0.0, WaitReason.LANE_RATE, f"{lane.name} lane rate"
         if state.rate is not None and lane.rate is not None:
             interval = (1.0 / state.rate) * (1 + self.margin)
             # The bucket is empty when a cooldown ends: waiters resume one interval apart.
@@ -306,8 +393,9 @@ class LocalLimiter:
             if len(grants) >= budget.limit:
                 until = grants[0] + budget.window * (1 + self.margin) - now
                 if until > wait:
-                    wait, why = until, f"{lane.name} lane budget {budget.text()} spent"
-        return max(0.0, wait), why
+                    wait, reason = until, WaitReason.BUDGET
+                    why = f"{lane.name} lane budget {budget.text()} spent"
+        return max(0.0, wait), reason, why
 
     def _grant(self, lane: Lane, origin: str, now: float) -> None:
         state = self._state(lane)
@@ -319,18 +407,31 @@ class LocalLimiter:
         for grants in state.logs:
             grants.append(now)
 
-    async def acquire(self, lane: Lane, origin: str, max_wait: float | None = None) -> float:
+    async def acquire(
+        self,
+        lane: Lane,
+        origin: str,
+        max_wait: float | None = None,
+        stop: GracefulStop | None = None,
+    ) -> float:
         clock = self._clock
         started = clock.monotonic()
         while True:
+            if stop is not None and stop.requested:
+                raise Unsent(WaitReason.STOP)
             now = clock.monotonic()
-            wait, why = self._wait_for(lane, origin, now)
+            wait, reason, why = self._wait_for(lane, origin, now)
             if wait <= 0:
                 self._grant(lane, origin, now)
                 return now - started
-            if max_wait is not None and (now - started) + wait > max_wait:
+            if (
+                reason is WaitReason.COOLDOWN
+                and max_wait is not None
+                and (now - started) + wait > max_wait
+            ):
                 raise WaitTooLong(wait, why)
-            await clock.sleep(wait)
+            self._waits.note(lane, reason, why, wait, now)
+            await wait_or_stop(clock, wait, reason, stop)
 
     async def pause(self, origin: str, seconds: float) -> None:
         until = self._clock.monotonic() + seconds

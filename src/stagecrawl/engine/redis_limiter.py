@@ -20,9 +20,13 @@ from stagecrawl.engine.ratelimit import (
     DEFAULT_MARGIN,
     Adaptive,
     Lane,
+    WaitLog,
+    WaitReason,
     WaitTooLong,
     describe_change,
+    wait_or_stop,
 )
+from stagecrawl.engine.shutdown import GracefulStop, Unsent
 from stagecrawl.errors import ConfigError, LimiterUnavailable
 
 log = logging.getLogger("stagecrawl.pacing")
@@ -157,6 +161,7 @@ class RedisLimiter:
         self.prefix = prefix
         self.time_scale = time_scale
         self._rates: dict[str, float | None] = {}
+        self._waits = WaitLog()
         try:
             self._redis: Any = aioredis.from_url(url, socket_timeout=10, socket_connect_timeout=5)
         except ValueError as exc:
@@ -192,7 +197,13 @@ class RedisLimiter:
             return self._rates[lane.name]
         return lane.rate.per_second if lane.rate else None
 
-    async def acquire(self, lane: Lane, origin: str, max_wait: float | None = None) -> float:
+    async def acquire(
+        self,
+        lane: Lane,
+        origin: str,
+        max_wait: float | None = None,
+        stop: GracefulStop | None = None,
+    ) -> float:
         rate = lane.rate
         lane_key = self._lane_key(lane)
         keys = [lane_key, self._host_key(origin)]
@@ -209,6 +220,8 @@ class RedisLimiter:
             args += [budget.limit, repr(budget.window * 1000.0)]
         started = self._clock.monotonic()
         while True:
+            if stop is not None and stop.requested:
+                raise Unsent(WaitReason.STOP)
             wait_ms, why, changed = await self._call(self._acquire, keys, args)
             if changed:
                 self._note_change(lane, float(changed), slowed=False)
@@ -219,7 +232,9 @@ class RedisLimiter:
             waited = self._clock.monotonic() - started
             if why == "cooldown" and max_wait is not None and waited + wait > max_wait:
                 raise WaitTooLong(wait, f"{origin} is cooling down after a 429")
-            await self._clock.sleep(wait)
+            reason, detail = _REASONS.get(why, (WaitReason.LANE_RATE, "lane rate"))
+            self._waits.note(lane, reason, f"{lane.name} {detail} (shared)", wait, started + waited)
+            await wait_or_stop(self._clock, wait, reason, stop)
 
     def _note_change(self, lane: Lane, rate: float, slowed: bool) -> None:
         self._rates[lane.name] = rate
@@ -245,6 +260,14 @@ class RedisLimiter:
 
     async def aclose(self) -> None:
         await self._redis.aclose()
+
+
+# The Lua script's word for what holds a grant back, as a typed reason and in words.
+_REASONS = {
+    "cooldown": (WaitReason.COOLDOWN, "host cooling down after a 429"),
+    "rate": (WaitReason.LANE_RATE, "lane rate"),
+    "budget": (WaitReason.BUDGET, "lane budget spent"),
+}
 
 
 def _reason(exc: BaseException) -> str:

@@ -8,6 +8,14 @@ half-written, only work to redo (leases that run out, frontier rows that go back
 
 Work that runs in a thread (a dump load, an OSV import) polls `stopped()`: it is a
 threading.Event, so a thread can see it without the event loop.
+
+Waiting is not being in flight. A unit that waits for a lane token, a budget window, a host's
+429 cooldown or a retry backoff has sent nothing: on the first signal its wait ends at once with
+`Unsent`, and the work loop gives the unit back to its queue (not a failure, no retry ladder).
+Only exchanges already on the wire get the grace period. The stop a wait listens to is the one
+the command runs under (`current_stop()`): `on_signals` and each work loop set it for the tasks
+they start, and `asyncio.to_thread` carries it into worker threads, so the fetcher and a dump
+load find it without every caller passing it down.
 """
 
 from __future__ import annotations
@@ -20,7 +28,11 @@ import signal
 import sys
 import threading
 from collections.abc import Awaitable, Iterator
-from typing import TypeVar
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from stagecrawl.engine.ratelimit import WaitReason
 
 log = logging.getLogger("stagecrawl.shutdown")
 T = TypeVar("T")
@@ -30,6 +42,61 @@ EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 class Interrupted(Exception):
     """Raised by a phase that noticed the stop between two steps of its own."""
+
+
+class Unsent(BaseException):
+    """A stop came while a unit waited to send (or was about to): nothing went on the wire for
+    it, and it goes back to its queue untouched.
+
+    A BaseException, like asyncio.CancelledError, on purpose: a pipeline's `process` turns
+    every `Exception` into a failure result (a climb on the retry ladder), and a stop is not
+    a failure. The work loop catches it and releases the unit; a command outside a work loop
+    exits with the stop's status."""
+
+    def __init__(self, reason: WaitReason, seconds: float = 0.0) -> None:
+        super().__init__(f"stopped while waiting for {reason.value} ({seconds:.0f}s left)")
+        self.reason = reason
+        self.seconds = seconds
+
+
+_current: ContextVar[GracefulStop | None] = ContextVar("stagecrawl_stop", default=None)
+
+
+def current_stop() -> GracefulStop | None:
+    """The stop the running command (or work loop) listens to, if any."""
+    return _current.get()
+
+
+@contextlib.contextmanager
+def stopping_on(stop: GracefulStop) -> Iterator[None]:
+    """Make `stop` the current one for the code (and the tasks it starts) inside the block."""
+    token = _current.set(stop)
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+async def sleep_unless_stopped(sleep: Awaitable[None], stop: GracefulStop | None) -> bool:
+    """Await `sleep` (a clock's sleep, which may be virtual), cut short by a stop request;
+    True when stopped. No task is made unless there is a stop to listen to."""
+    if stop is None:
+        await sleep
+        return False
+    if stop.requested:
+        if asyncio.iscoroutine(sleep):
+            sleep.close()
+        return True
+    sleeper = asyncio.ensure_future(sleep)
+    stopped = asyncio.ensure_future(stop.event.wait())
+    try:
+        await asyncio.wait({sleeper, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (sleeper, stopped):
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(sleeper, stopped, return_exceptions=True)
+    return stop.requested
 
 
 class GracefulStop:
@@ -92,6 +159,7 @@ class GracefulStop:
         """Route SIGINT and SIGTERM to `request` while the block runs (main thread only)."""
         loop = asyncio.get_running_loop()
         installed: list[signal.Signals] = []
+        token = _current.set(self)
         if enabled:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
@@ -100,5 +168,6 @@ class GracefulStop:
         try:
             yield
         finally:
+            _current.reset(token)
             for sig in installed:
                 loop.remove_signal_handler(sig)

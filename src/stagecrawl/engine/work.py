@@ -11,9 +11,11 @@ into one `complete` call per batch (flushed by size or by a short time bound, so
 live and a kill loses at most the open batch, which the queue hands out again), and ends when
 the queue says it is finished and nothing is in flight.
 
-On a stop request it claims nothing more, gives unstarted units back at once, lets the workers
-finish within the grace period, cancels the late ones and gives their units back too: nothing
-is lost and nothing is left held.
+On a stop request it claims nothing more, gives unstarted units back at once, and so do the
+workers whose unit is only waiting (for a lane token, a budget window, a host cooldown, a retry
+backoff: the fetcher ends those waits with `Unsent`, and nothing new is sent after the stop).
+Only what is on the wire gets the grace period; the late ones are cancelled and given back
+too: nothing is lost, nothing is left held, and a waiting unit climbs no retry ladder.
 
 The contract is crawlee-python's RequestLoader/RequestManager trimmed to what a durable queue
 with leases needs: claim (fetch_next_request, in batches), complete (mark_request_as_handled,
@@ -31,7 +33,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
-from stagecrawl.engine.shutdown import GracefulStop
+from stagecrawl.engine.shutdown import GracefulStop, Unsent, stopping_on
 from stagecrawl.settings import DEFAULTS
 
 log = logging.getLogger("stagecrawl.work")
@@ -72,7 +74,7 @@ class LoopSettings:
     claim_ahead: int = 0  # units held ready beyond the workers; 0 = the concurrency
     commit_batch: int = DEFAULTS.commit_batch  # results per `complete` call at most
     commit_linger: float = DEFAULTS.commit_linger  # seconds a partial batch may wait
-    grace_period: float = DEFAULTS.grace_period  # seconds in-flight work may take after a stop
+    grace_period: float = DEFAULTS.grace_period  # seconds exchanges on the wire may take after a stop
     poll_interval: float = 1.0  # seconds between claims when work is held elsewhere
 
     def __post_init__(self) -> None:
@@ -90,6 +92,10 @@ class LoopStats:
     interrupted: bool = False
     wall_seconds: float = 0.0
     errors: Counter[str] = field(default_factory=Counter)
+    # Given back on a stop, by why: "unstarted", what a unit was waiting for when the stop
+    # came (a WaitReason: lane_rate, budget, cooldown, backoff, stop), or "grace_period" (on
+    # the wire past the grace period, cancelled).
+    given_back: Counter[str] = field(default_factory=Counter)
 
 
 class WorkLoop(Generic[U, R]):
@@ -129,7 +135,9 @@ class WorkLoop(Generic[U, R]):
     async def run(self) -> LoopStats:
         started = time.monotonic()
         settings = self.settings
-        workers = [asyncio.create_task(self._worker(i)) for i in range(settings.concurrency)]
+        # The workers' waits (the fetcher's) listen to this loop's stop.
+        with stopping_on(self.stop):
+            workers = [asyncio.create_task(self._worker(i)) for i in range(settings.concurrency)]
         self._committer_task = asyncio.create_task(self._committer())
         # The feeder waits on one event: a stop and a committer that ended set it too.
         self._committer_task.add_done_callback(lambda _task: self._room.set())
@@ -150,6 +158,15 @@ class WorkLoop(Generic[U, R]):
             raise self._failure
         self.stats.interrupted = self.stop.requested
         self.stats.wall_seconds = time.monotonic() - started
+        if self.stats.interrupted:
+            given = self.stats.given_back
+            why = ", ".join(f"{n} {reason}" for reason, n in sorted(given.items()))
+            log.warning(
+                "stopped: %d unit(s) finished and written, %d given back%s",
+                self.stats.completed,
+                self.stats.released,
+                f" ({why})" if why else "",
+            )
         return self.stats
 
     async def _feed(self) -> None:
@@ -198,6 +215,7 @@ class WorkLoop(Generic[U, R]):
                 if unit is not None:
                     unstarted.append(unit)
             await self._release(unstarted)
+            self.stats.given_back["unstarted"] += len(unstarted)
         for _ in workers:
             self._todo.put_nowait(None)
         grace = 0.0 if abort else self.settings.grace_period if self.stop.requested else None
@@ -209,6 +227,7 @@ class WorkLoop(Generic[U, R]):
             await asyncio.gather(*late, return_exceptions=True)
             log.warning("%d unit(s) did not finish within the grace period: given back", len(held))
             await self._release(held)
+            self.stats.given_back["grace_period"] += len(held)
 
     async def _release(self, units: list[U]) -> None:
         if not units:
@@ -227,6 +246,13 @@ class WorkLoop(Generic[U, R]):
                 result = await self.process(unit)
             except asyncio.CancelledError:
                 raise
+            except Unsent as unsent:
+                # Stopped while waiting to send: nothing went out for it; back to the queue,
+                # untouched (no failure, no ladder). The worker takes its end-of-work marker.
+                self._in_worker.pop(number, None)
+                await self._release([unit])
+                self.stats.given_back[str(unsent.reason)] += 1
+                continue
             except Exception as exc:
                 # `process` turns every failure it expects into a result; anything else is a
                 # bug or a lost shared resource, and ends the run rather than handing the same

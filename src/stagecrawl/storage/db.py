@@ -535,6 +535,13 @@ def _sqlite_immediate_transactions(engine: Engine, read_only: bool = False) -> N
         dbapi_connection.isolation_level = None
         if not read_only:
             dbapi_connection.execute("PRAGMA journal_mode=WAL")
+            # Under WAL, NORMAL syncs at checkpoints, not at every commit. A killed process
+            # (kill -9, a crash) loses nothing committed: the WAL is in the OS's page cache.
+            # Only a power cut or an OS crash can lose the last commits, and the database
+            # stays consistent; what those commits recorded (collected crates, LIST states)
+            # is pending again in the queue, so it is only work to redo, not data lost
+            # (docs/operations.md). FULL would fsync every group commit.
+            dbapi_connection.execute("PRAGMA synchronous=NORMAL")
         dbapi_connection.execute("PRAGMA busy_timeout=30000")
 
     @event.listens_for(engine, "begin")

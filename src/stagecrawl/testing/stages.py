@@ -55,11 +55,11 @@ class FlatStage:
 
     name = "flat"
 
-    def __init__(self, urls: list[str]) -> None:
+    def __init__(self, urls: Iterable[str]) -> None:
         self.urls = urls
 
     def start_requests(self) -> Iterable[Request]:
-        return [Request(u) for u in self.urls]
+        return (Request(u) for u in self.urls)  # streamed: the crawler adds them in chunks
 
     def parse(self, request: Request, response: FetchResult) -> Iterable[Output]:
         yield Item(request.url, len(response.content))

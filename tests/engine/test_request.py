@@ -1,0 +1,62 @@
+"""Canonical URLs: the fast path for plain URLs agrees with the general one on every URL."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from stagecrawl.engine.request import Request, _canonical_general, _canonical_plain, canonical_url
+
+SCHEMES = ["http", "HTTPS", "https"]
+AUTHORITIES = [
+    "Example.ORG",
+    "example.org:80",
+    "example.org:443",
+    "example.org:8080",
+    "example.org:0080",
+    "127.0.0.1:65535",
+    "127.0.0.1:99999",
+    "user:pw@example.org",
+    "[::1]:8080",
+    "",
+    ":80",
+]
+PATHS = ["", "/", "/a/B/c.json", "/a%20b", "/a b", "/ü", "/x;y"]
+QUERIES = [
+    "",
+    "?",
+    "?b=2&a=1",
+    "?a=2&a=1",
+    "?n=1&run=x",
+    "?a",
+    "?a=",
+    "?a=1&&b=2",
+    "?q=a+b",
+    "?q=a%20b",
+    "?q=ü",
+    "?b=1;a=2",
+    "?a==b",
+]
+FRAGMENTS = ["", "#top", "#a?b=c"]
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_the_fast_path_agrees_with_the_general_one(scheme: str) -> None:
+    taken = 0
+    for authority, path, query, fragment in itertools.product(
+        AUTHORITIES, PATHS, QUERIES, FRAGMENTS
+    ):
+        url = f"{scheme}://{authority}{path}{query}{fragment}"
+        fast = _canonical_plain(url)
+        if fast is None:
+            continue
+        taken += 1
+        assert fast == _canonical_general(url), url
+    assert taken > 100  # the fast path is the common one
+
+
+def test_canonical_form() -> None:
+    assert canonical_url("HTTP://Example.org:80/a?b=2&a=1#x") == "http://example.org/a?a=1&b=2"
+    assert canonical_url("https://h:8443") == "https://h:8443/"
+    assert Request("https://h/p?z=1&y=2").key == "https://h/p?y=2&z=1"
