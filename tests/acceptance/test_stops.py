@@ -19,6 +19,7 @@ from typing import NamedTuple
 
 import pytest
 
+from stagecrawl.demo.wikidata import install
 from stagecrawl.testing.dbdump import build_dump
 from stagecrawl.testing.origin import TestOrigin
 from tests.acceptance.conftest import NAMES, Mirror, dump, spawn, stagecrawl
@@ -297,3 +298,22 @@ def versions_in(db_file: Path) -> int:
             return int(conn.execute("SELECT COUNT(*) FROM TB_COMP_LIB_VERSION_RUST").fetchone()[0])
         except sqlite3.OperationalError:  # stopped before the table was made
             return 0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_aircraft_waiting_for_its_lane_stops_at_once(
+    origin: TestOrigin, tmp_path: Path, sig: signal.Signals
+) -> None:
+    install(origin)
+    out = tmp_path / "air"
+    args = ("aircraft", "crawl", "--out", str(out), "--sparql-url", origin.url + "/sparql",
+            "--entities-url", origin.url + "/w/api.php", "--batch", "1")  # fmt: skip
+    process = spawn(*args, "--sparql-rate", "0.05", "--entities-rate", "0.05", env=ENV)
+    stopped = stop_when(process, lambda: len(origin.log) >= 2, sig)
+    assert stopped.code == exit_code(sig), stopped.stderr
+    assert stopped.took < BOUND, stopped.took
+    assert sent_after(origin, stopped.sent) == []
+    assert "returned to the frontier" in stopped.stderr and "Traceback" not in stopped.stderr
+    again = stagecrawl(*args, "--sparql-rate", "50", "--entities-rate", "50", env=ENV)
+    assert again.returncode == 0, again.stderr  # (the same run, only faster)
+    assert (out / "specs.json").exists()
