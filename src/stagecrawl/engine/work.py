@@ -74,7 +74,7 @@ class LoopSettings:
     claim_ahead: int = 0  # units held ready beyond the workers; 0 = the concurrency
     commit_batch: int = DEFAULTS.commit_batch  # results per `complete` call at most
     commit_linger: float = DEFAULTS.commit_linger  # seconds a partial batch may wait
-    grace_period: float = DEFAULTS.grace_period  # seconds exchanges on the wire may take after a stop
+    grace_period: float = DEFAULTS.grace_period  # seconds on the wire may take after a stop
     poll_interval: float = 1.0  # seconds between claims when work is held elsewhere
 
     def __post_init__(self) -> None:
