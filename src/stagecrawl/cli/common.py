@@ -10,6 +10,7 @@ secrets masked, with the exit code below (docs/operations.md):
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import sys
@@ -190,7 +191,11 @@ def run(
                 return stop.exit_code
         return stop.exit_code if stop.requested else code
 
-    raise typer.Exit(guarded(lambda: asyncio.run(main())))
+    code = guarded(lambda: asyncio.run(main()))
+    # The process ends here: spare it the interpreter's last collection of every object (it
+    # took seconds on a busy machine, between a stop's summary and the exit).
+    gc.freeze()
+    raise typer.Exit(code)
 
 
 def progress(title: str, fmt: Format = Format.table) -> ProgressReporter:
