@@ -190,3 +190,25 @@ def collected_licenses(
                 if key in wanted:
                     result[key] = (row.LICENSE_EXPRESSION, row.LICENSE)
     return result
+
+
+def yanked_packages(db: Database, packages: list[Package]) -> list[Package]:
+    """The audited versions that are collected and yanked (a version not collected is not
+    known to be yanked: it is not listed)."""
+    table = db.version
+    wanted = {p.key: p for p in packages}
+    names = sorted({p.name.lower() for p in packages})
+    found: list[Package] = []
+    with db.engine.connect() as conn:
+        for start in range(0, len(names), CHUNK):
+            rows = conn.execute(
+                select(table.c.PRODUCT_KEY, table.c.VERSION).where(
+                    table.c.PRODUCT_KEY.in_(names[start : start + CHUNK]),
+                    table.c.YANKED.is_(True),
+                )
+            )
+            for row in rows:
+                package = wanted.get((str(row.PRODUCT_KEY).lower(), str(row.VERSION)))
+                if package is not None:
+                    found.append(package)
+    return found

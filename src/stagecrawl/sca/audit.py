@@ -20,11 +20,12 @@ from typing import Any
 from sqlalchemy import Table, func, select
 
 from stagecrawl.errors import InputError
+from stagecrawl.sca.config import Ignore
 from stagecrawl.sca.ecosystem import Ecosystem
 from stagecrawl.sca.osv_model import Affected, affected_packages, cvss_vector
 from stagecrawl.storage.db import Database
 
-DENY_KINDS = ("warnings", "unmaintained", "unsound", "notice", "informational")
+DENY_KINDS = ("warnings", "unmaintained", "unsound", "notice", "yanked", "informational")
 CHUNK = 500
 
 
@@ -75,12 +76,22 @@ class AuditReport:
     advisories_modified: datetime | None = None  # the newest `modified` among them
     # package key → (normalised SPDX expression, raw LICENSE) where collected
     licenses: dict[tuple[str, str], tuple[str | None, str | None]] = field(default_factory=dict)
+    # The gate (stagecrawl.sca.gate): hits set aside, and what fails or is said beside them.
+    ignored: list[tuple[Hit, Ignore]] = field(default_factory=list)
+    below_threshold: list[Hit] = field(default_factory=list)
+    gate_failures: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    yanked: list[Package] = field(default_factory=list)  # audited versions known yanked
 
     def denied(self, hit: Hit) -> bool:
         kind = hit.advisory.informational
         if kind is None:
             return True
         return bool({"warnings", "informational", kind} & self.deny)
+
+    @property
+    def yanked_denied(self) -> bool:
+        return bool(self.yanked) and bool({"warnings", "yanked"} & self.deny)
 
     @property
     def vulnerabilities(self) -> list[Hit]:
@@ -92,7 +103,8 @@ class AuditReport:
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.problems or any(self.denied(h) for h in self.hits) else 0
+        failing = self.problems or self.gate_failures or self.yanked_denied
+        return 1 if failing or any(self.denied(h) for h in self.hits) else 0
 
     def purl(self, package: Package) -> str:
         return f"pkg:{self.ecosystem.purl_type}/{package.name}@{package.version}"
