@@ -195,6 +195,13 @@ def audit_command(
         ),
     ] = "table",
     output: OutputOption = None,
+    sarif_root: Annotated[
+        Path | None,
+        typer.Option(
+            "--sarif-root",
+            help="SARIF paths relative to this folder [default: the lock file's repository].",
+        ),
+    ] = None,
     config: ConfigOption = None,
     deny: Annotated[
         list[str] | None,
@@ -249,17 +256,17 @@ def audit_command(
         report = await audit_crates(s, request, stop, config)
         for note in report.notes:
             console.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
-        deliver(audit_text(report, fmt), output, report.exit_code)
+        deliver(audit_text(report, fmt, sarif_root), output, report.exit_code)
         return report.exit_code
 
     run(body, s.grace_period)
 
 
-def audit_text(report: AuditReport, fmt: str) -> str:
+def audit_text(report: AuditReport, fmt: str, sarif_root: Path | None = None) -> str:
     if fmt == "json":
         return json_text(audit_json(report))
     if fmt == "sarif":
-        return json_text(audit_sarif(report))
+        return json_text(audit_sarif(report, sarif_root))
     if fmt == "cyclonedx":
         return json_text(audit_cyclonedx(report, str(uuid.uuid4()), utcnow()))
     if fmt == "markdown":

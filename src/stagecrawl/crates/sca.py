@@ -13,6 +13,7 @@ from stagecrawl.crates.audit import (
     AuditReport,
     audit,
     collected_packages,
+    lock_graph,
     packages_of_repo,
     parse_deny,
     parse_targets,
@@ -191,6 +192,8 @@ async def audit_crates(
     report.skipped = gathered.skipped
     report.problems = gathered.problems + report.problems
     report.yanked = yanked_packages(database, report.packages)
+    if len(request.lockfiles) == 1 and not (request.repo or request.targets):
+        report.graph = lock_graph(request.lockfiles[0])
     apply_gate(report, config, utcnow())
     return report
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from packageurl import PackageURL
 from sqlalchemy import Table, func, select
 
 from stagecrawl.errors import InputError
@@ -42,6 +43,18 @@ class Package:
     @property
     def key(self) -> tuple[str, str]:
         return (self.product_key or self.name.lower(), self.version)
+
+
+@dataclass
+class DependencyGraph:
+    """A project's resolved graph as its lock file gives it: (name, version) nodes, the
+    project's own package (`root`, None when the lock names several), the packages not from
+    the registry (workspace members, path and git dependencies), and who depends on whom."""
+
+    root: tuple[str, str] | None
+    local: list[tuple[str, str]]
+    edges: dict[tuple[str, str], list[tuple[str, str]]]
+    name: str = ""  # the project, when no single root package names it (the lock's folder)
 
 
 @dataclass(frozen=True)
@@ -82,6 +95,7 @@ class AuditReport:
     gate_failures: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     yanked: list[Package] = field(default_factory=list)  # audited versions known yanked
+    graph: DependencyGraph | None = None  # for a single lock file: the BOM's dependencies
 
     def denied(self, hit: Hit) -> bool:
         kind = hit.advisory.informational
@@ -107,7 +121,10 @@ class AuditReport:
         return 1 if failing or any(self.denied(h) for h in self.hits) else 0
 
     def purl(self, package: Package) -> str:
-        return f"pkg:{self.ecosystem.purl_type}/{package.name}@{package.version}"
+        """The package URL, built by the purl library (`+` in a version is `%2B`)."""
+        return PackageURL(
+            type=self.ecosystem.purl_type, name=package.name, version=package.version
+        ).to_string()
 
 
 def parse_deny(values: Iterable[str]) -> frozenset[str]:

@@ -287,12 +287,14 @@ def check_rows(
     policy: Policy,
     matcher: LicenseMatcher,
     sort_key: Callable[[str], object] = str,
-    reader: LicenseReader = POLICY_READER,
+    reader: LicenseReader | None = None,
 ) -> LicenseCheck:
     """Every (package, version, license as the registry holds it) whose license the policy
     does not accept, sorted by package and `sort_key` of the version (the ecosystem's order).
-    The verdict reads the registry's string (`reader`); the reported expression is the
-    matcher's normalised one."""
+    The verdict reads the registry's string (`reader`; by default the matcher's loose names
+    with deprecated ids kept); the reported expression is the matcher's normalised one."""
+    if reader is None:
+        reader = LicenseReader(matcher.reader.loose_names, keep_deprecated=True)
     verdicts: dict[tuple[str | None, str, str], str | None] = {}
     found: list[Violation] = []
     result = LicenseCheck()
