@@ -123,7 +123,7 @@ def test_import_and_audit_through_the_plug(db: Database) -> None:
     assert [(h.package.version, h.advisory.osv_id) for h in found.hits] == [
         ("1.1.0", "PYSEC-2099-1")
     ]
-    assert found.purl(found.packages[0]) == "pkg:pypi/Demo.Pkg@1.1.0"
+    assert found.purl(found.packages[0]) == "pkg:pypi/demo.pkg@1.1.0"  # the purl spec: lower case
     assert found.exit_code == 1
 
 

@@ -92,50 +92,58 @@ def test_every_deprecated_id_of_the_one_spdx_list_is_mapped() -> None:
 POLICY = Policy.parse(
     ["MIT,Apache-2.0", "BSD-3-Clause", "MPL-2.0", "GPL-3.0-only"],
     ["GPL-2.0-only"],
-    ["ring=ISC", "webpki=LicenseRef-webpki"],
+    ["ring=ISC", "webpki=LicenseRef-webpki", "pinned@1.0.0=Zlib"],
 )
 
-# (crate, expression, verdict): None = accepted, else the reason
+# (package, version, expression, verdict): None = accepted, else the reason
 VERDICTS = [
-    ("a", "MIT OR Apache-2.0", None),
-    ("a", "MIT OR GPL-2.0-only", None),  # OR: either side
-    ("a", "ISC OR Zlib", "not allowed: ISC; not allowed: Zlib"),
-    ("a", "MIT AND Apache-2.0", None),
-    ("a", "MIT AND ISC", "not allowed: ISC"),  # AND: both
-    ("a", "MIT AND GPL-2.0-only", "denied: GPL-2.0-only"),
-    ("a", "GPL-2.0-only", "denied: GPL-2.0-only"),
-    ("a", "Apache-2.0 WITH LLVM-exception", None),  # no exceptions listed: any exception
-    ("a", "ISC WITH LLVM-exception", "not allowed: ISC"),
-    ("a", "MPL-2.0+", None),
-    ("a", "MPL-1.1+", None),  # "or later": MPL-2.0 is allowed
-    ("a", "GPL-2.0-or-later", None),  # may be used under GPL-3.0-only
-    ("a", "LGPL-2.1-or-later", "not allowed: LGPL-2.1-or-later"),
-    ("a", "(MIT OR ISC) AND (Zlib OR BSD-3-Clause)", None),
-    ("a", "MIT/Apache-2.0", None),
-    ("ring", "ISC AND MIT", None),  # the crate's own exception
-    ("rustls", "ISC AND MIT", "not allowed: ISC"),  # …for that crate only
-    ("webpki", "LicenseRef-webpki", None),
-    ("a", "Foo-Bar OR MIT", "unknown license: Foo-Bar"),  # unknown is its own reason
-    ("a", None, "no license"),
+    ("a", "1", "MIT OR Apache-2.0", None),
+    ("a", "1", "MIT OR GPL-2.0-only", None),  # OR: either side
+    ("a", "1", "ISC OR Zlib", "not allowed: ISC; not allowed: Zlib"),
+    ("a", "1", "MIT AND Apache-2.0", None),
+    ("a", "1", "MIT AND ISC", "not allowed: ISC"),  # AND: both
+    ("a", "1", "MIT AND GPL-2.0-only", "denied: GPL-2.0-only"),
+    ("a", "1", "GPL-2.0-only", "denied: GPL-2.0-only"),
+    # an exception makes a license of its own
+    ("a", "1", "Apache-2.0 WITH LLVM-exception", "not allowed: Apache-2.0 WITH LLVM-exception"),
+    ("a", "1", "MPL-2.0+", None),
+    ("a", "1", "MPL-1.1+", None),  # "or later": MPL-2.0 is allowed
+    ("a", "1", "GPL-2.0-or-later", "not allowed: GPL-2.0-or-later"),  # GNU: exact ids
+    ("a", "1", "GPL-3.0", "not allowed: GPL-3.0"),  # deprecated: itself, not -only
+    ("a", "1", "GPL-3.0+", "not allowed: GPL-3.0-or-later"),
+    ("a", "1", "(MIT OR ISC) AND (Zlib OR BSD-3-Clause)", None),
+    ("a", "1", "MIT/Apache-2.0", None),
+    ("ring", "1", "ISC AND MIT", None),  # the package's own exception
+    ("rustls", "1", "ISC AND MIT", "not allowed: ISC"),  # …for that package only
+    ("webpki", "1", "LicenseRef-webpki", None),
+    ("pinned", "1.0.0", "Zlib", None),  # per version
+    ("pinned", "1.0.1", "Zlib", "not allowed: Zlib"),
+    ("a", "1", "Foo-Bar OR MIT", "unknown license: Foo-Bar"),  # unknown is its own reason
+    ("a", "1", None, "no license"),
 ]
 
 
-@pytest.mark.parametrize(("crate", "expression", "verdict"), VERDICTS)
+@pytest.mark.parametrize(("package", "version", "expression", "verdict"), VERDICTS)
 def test_policy_verdicts_follow_cargo_deny(
-    crate: str, expression: str | None, verdict: str | None
+    package: str, version: str, expression: str | None, verdict: str | None
 ) -> None:
-    assert evaluate(expression, POLICY, crate) == verdict
+    assert evaluate(expression, POLICY, package, version) == verdict
 
 
-def test_listed_exceptions_must_be_allowed_and_deny_wins() -> None:
-    policy = Policy.parse(["MIT,Apache-2.0,LLVM-exception"], ["MIT"], [])
+def test_licensees_are_what_cargo_deny_accepts_in_its_config() -> None:
+    policy = Policy.parse(["MIT,Apache-2.0 WITH LLVM-exception,GPL-3.0"], ["MIT"])
     assert evaluate("Apache-2.0 WITH LLVM-exception", policy) is None
-    assert evaluate("Apache-2.0 WITH Classpath-exception-2.0", policy) == (
-        "exception not allowed: Classpath-exception-2.0"
-    )
+    assert evaluate("Apache-2.0", policy) == "not allowed: Apache-2.0"
+    assert evaluate("GPL-3.0", policy) is None  # a deprecated id may be allowed as itself
     assert evaluate("MIT", policy) == "denied: MIT"  # allowed and denied: denied
-    with pytest.raises(InputError, match="MTI"):
-        Policy.parse(["MTI"], [], [])
+    for bad, message in [
+        ("MTI", "not an SPDX license id"),
+        ("LLVM-exception", "an exception, not a license"),
+        ("GPL-2.0+", "is for the license holder"),
+        ("MIT WITH Nope", "not an SPDX exception id"),
+    ]:
+        with pytest.raises(InputError, match=message):
+            Policy.parse([bad])
     with pytest.raises(InputError, match="PACKAGE=LICENSE"):
         Policy.parse(["MIT"], [], ["ring"])
 

@@ -35,6 +35,7 @@ from stagecrawl.crates.audit import AuditReport
 from stagecrawl.crates.osv import DEFAULT_OSV_URL
 from stagecrawl.crates.sca import (
     AuditRequest,
+    Inputs,
     audit_crates,
     backfill_licenses,
     check_licenses,
@@ -50,6 +51,7 @@ from stagecrawl.sca.markdown import (
     audit_header,
     audit_markdown,
     audit_rows,
+    gate_lines,
     license_footer,
     license_markdown,
     license_rows,
@@ -60,6 +62,28 @@ from stagecrawl.sca.reference import import_reference
 from stagecrawl.sca.report_json import audit_json
 from stagecrawl.sca.sarif import audit_sarif
 from stagecrawl.storage.db import Database
+
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        help="Gate config: stagecrawl.toml, deny.toml or .cargo/audit.toml [default:"
+        " stagecrawl.toml upward from here, else deny.toml / .cargo/audit.toml]",
+    ),
+]
+Targets = Annotated[
+    list[str] | None,
+    typer.Argument(help="NAME@VERSION (or NAME: its collected versions).", show_default=False),
+]
+Lockfiles = Annotated[
+    list[Path] | None, typer.Option("--lockfile", help="A Cargo.lock (v1–v4); repeatable.")
+]
+Repo = Annotated[str | None, typer.Option("--repo", help="Git URL or path: its tags' Cargo.lock.")]
+Tags = Annotated[list[str] | None, typer.Option("--tag", help="A tag of --repo.")]
+TagsMatching = Annotated[
+    str | None, typer.Option("--tags-matching", help="Glob over --repo's tags.")
+]
+AllTags = Annotated[bool, typer.Option("--all-tags", help="Every tag of --repo.")]
 
 
 def register(app: typer.Typer) -> None:
@@ -157,21 +181,12 @@ AUDIT_FORMATS = ("table", "json", "sarif", "cyclonedx", "markdown")
 
 
 def audit_command(
-    targets: Annotated[
-        list[str] | None,
-        typer.Argument(help="NAME@VERSION (or NAME: its collected versions).", show_default=False),
-    ] = None,
-    lockfile: Annotated[
-        list[Path] | None, typer.Option("--lockfile", help="A Cargo.lock (v1–v4); repeatable.")
-    ] = None,
-    repo: Annotated[
-        str | None, typer.Option("--repo", help="Git URL or path: audit its tags' locks.")
-    ] = None,
-    tag: Annotated[list[str] | None, typer.Option("--tag", help="A tag of --repo.")] = None,
-    tags_matching: Annotated[
-        str | None, typer.Option("--tags-matching", help="Glob over --repo's tags.")
-    ] = None,
-    all_tags: Annotated[bool, typer.Option("--all-tags", help="Every tag of --repo.")] = False,
+    targets: Targets = None,
+    lockfile: Lockfiles = None,
+    repo: Repo = None,
+    tag: Tags = None,
+    tags_matching: TagsMatching = None,
+    all_tags: AllTags = False,
     fmt: Annotated[
         str,
         typer.Option(
@@ -180,16 +195,46 @@ def audit_command(
         ),
     ] = "table",
     output: OutputOption = None,
+    sarif_root: Annotated[
+        Path | None,
+        typer.Option(
+            "--sarif-root",
+            help="SARIF paths relative to this folder [default: the lock file's repository].",
+        ),
+    ] = None,
+    config: ConfigOption = None,
     deny: Annotated[
         list[str] | None,
-        typer.Option("--deny", help="Fail on informational advisories too: warnings, or a kind."),
+        typer.Option(
+            "--deny",
+            help="Fail on informational findings too: warnings (all), unmaintained, unsound,"
+            " notice, yanked. Replaces the config's list.",
+        ),
+    ] = None,
+    ignore: Annotated[
+        list[str] | None,
+        typer.Option("--ignore", help="An advisory id (or alias) not to fail on; repeatable."),
+    ] = None,
+    severity_threshold: Annotated[
+        str | None,
+        typer.Option(
+            "--severity-threshold",
+            help="Set aside hits rated below this CVSS score or level (low, medium, high…).",
+        ),
+    ] = None,
+    max_advisory_age: Annotated[
+        str | None,
+        typer.Option(
+            "--max-advisory-age", help="Fail when the newest advisory change is older (days)."
+        ),
     ] = None,
     cache_dir: CacheDir = None,
     index_url: IndexUrl = None,
     db: Db = None,
 ) -> None:
     """Which stored advisories hit crate versions — any version, collected or not (run
-    `crates vulns` first). Exit 1 when a finding fails the gate, 2 on bad input. Read-only."""
+    `crates vulns` first). Exit 1 when a finding fails the gate, 2 on bad input or config.
+    Read-only."""
     options = locals()
     s = guarded(lambda: settings_from(options))
 
@@ -204,19 +249,24 @@ def audit_command(
             tags_matching=tags_matching,
             all_tags=all_tags,
             deny=tuple(deny or []),
+            ignore=tuple(ignore or []),
+            severity_threshold=severity_threshold,
+            max_advisory_age=max_advisory_age,
         )
-        report = await audit_crates(s, request, stop)
-        deliver(audit_text(report, fmt), output, report.exit_code)
+        report = await audit_crates(s, request, stop, config)
+        for note in report.notes:
+            console.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
+        deliver(audit_text(report, fmt, sarif_root), output, report.exit_code)
         return report.exit_code
 
     run(body, s.grace_period)
 
 
-def audit_text(report: AuditReport, fmt: str) -> str:
+def audit_text(report: AuditReport, fmt: str, sarif_root: Path | None = None) -> str:
     if fmt == "json":
         return json_text(audit_json(report))
     if fmt == "sarif":
-        return json_text(audit_sarif(report))
+        return json_text(audit_sarif(report, sarif_root))
     if fmt == "cyclonedx":
         return json_text(audit_cyclonedx(report, str(uuid.uuid4()), utcnow()))
     if fmt == "markdown":
@@ -227,6 +277,7 @@ def audit_text(report: AuditReport, fmt: str) -> str:
         lines.append(table_text(audit_columns(report), audit_rows(report)))
     else:
         lines.append("no advisory hits the audited versions\n")
+    lines += [line + "\n" for line in gate_lines(report)]
     lines.append(audit_footer(report) + "\n")
     return "".join(lines)
 
@@ -278,36 +329,63 @@ LICENSE_FORMATS = ("table", "json", "markdown")
 
 
 def licenses_check(
+    targets: Targets = None,
+    lockfile: Lockfiles = None,
+    repo: Repo = None,
+    tag: Tags = None,
+    tags_matching: TagsMatching = None,
+    all_tags: AllTags = False,
     allow: Annotated[
-        list[str] | None, typer.Option("--allow", help="Allowed SPDX ids (comma-separated).")
+        list[str] | None,
+        typer.Option(
+            "--allow",
+            help="Allowed licenses (comma-separated SPDX ids, 'ID WITH EXCEPTION' too).",
+        ),
     ] = None,
     deny: Annotated[
         list[str] | None, typer.Option("--deny", help="Denied SPDX ids; deny wins over allow.")
     ] = None,
     exception: Annotated[
         list[str] | None,
-        typer.Option("--exception", help="CRATE=LICENSE: allowed for that crate only."),
+        typer.Option(
+            "--exception", help="CRATE=LICENSE or CRATE@VERSION=LICENSE: for that crate only."
+        ),
     ] = None,
     fmt: Annotated[
         str, typer.Option("--format", help="table, json or markdown (to stdout or --output).")
     ] = "table",
     output: OutputOption = None,
+    config: ConfigOption = None,
+    cache_dir: CacheDir = None,
+    index_url: IndexUrl = None,
     db: Db = None,
 ) -> None:
-    """Every collected version whose license the policy cannot satisfy (cargo-deny's
-    semantics); exit 1 when any. Read-only."""
+    """Licenses the policy does not accept (cargo-deny's semantics): of a project's resolved
+    crates (--lockfile, --repo with its tags, NAME@VERSION; a version not collected fails as
+    unknown), or of every collected version. Exit 1 when any. Read-only."""
     options = locals()
     s = guarded(lambda: settings_from(options))
 
-    def body() -> int:
+    async def body(stop: GracefulStop) -> int:
         check_format(fmt, LICENSE_FORMATS)
         check_output(output)
-        result = check_licenses(s, allow or [], deny or [], exception or [])
-        code = 1 if result.violations else 0
-        deliver(license_text(result, fmt), output, code)
-        return code
+        inputs = Inputs(
+            targets=targets or [],
+            lockfiles=lockfile or [],
+            repo=repo,
+            tags=tuple(tag or []),
+            tags_matching=tags_matching,
+            all_tags=all_tags,
+        )
+        result = await check_licenses(
+            s, allow or [], deny or [], exception or [], inputs, stop, config
+        )
+        for note in result.notes:
+            console.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
+        deliver(license_text(result, fmt), output, result.exit_code)
+        return result.exit_code
 
-    raise typer.Exit(guarded(body))
+    run(body, s.grace_period)
 
 
 def license_text(result: LicenseCheck, fmt: str) -> str:
@@ -322,17 +400,20 @@ def license_text(result: LicenseCheck, fmt: str) -> str:
                         "license": v.license,
                         "expression": v.expression,
                         "reason": v.reason,
+                        "found_in": list(v.found_in),
                     }
                     for v in result.violations
                 ],
-                "exit_code": 1 if result.violations else 0,
+                "problems": result.problems,
+                "notes": result.notes,
+                "exit_code": result.exit_code,
             }
         )
     if fmt == "markdown":
         return license_markdown(result, "crate")
-    text = ""
+    text = "".join(f"not checked: {problem}\n" for problem in result.problems)
     if result.violations:
-        text = table_text(("crate", *LICENSE_COLUMNS[1:]), license_rows(result))
+        text += table_text(("crate", *LICENSE_COLUMNS[1:]), license_rows(result))
     return text + license_footer(result) + "\n"
 
 

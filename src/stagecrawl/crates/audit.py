@@ -6,11 +6,15 @@ several versions), or the locks of a git repository's tags — audited by the SC
 
 from __future__ import annotations
 
+import tomllib
 from collections.abc import Iterable
 from pathlib import Path
 
+from sqlalchemy import select
+
 from stagecrawl.crates.ecosystem import CRATES
 from stagecrawl.crates.lock import (
+    CRATES_IO_SOURCES,
     GitRepo,
     LockedPackage,
     cargo_home,
@@ -24,7 +28,7 @@ from stagecrawl.crates.semver import Version
 from stagecrawl.crates.tables import versions
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.errors import InputError
-from stagecrawl.sca.audit import AuditReport, Package, parse_deny
+from stagecrawl.sca.audit import CHUNK, AuditReport, DependencyGraph, Package, parse_deny
 from stagecrawl.sca.audit import audit as sca_audit
 from stagecrawl.storage.db import Database
 
@@ -174,3 +178,59 @@ def collected_licenses(
             if (key, version) in wanted:
                 result[(key, version)] = (expression, text)
     return result
+
+
+def yanked_packages(db: Database, packages: list[Package]) -> list[Package]:
+    """The audited versions that are collected and yanked (a version not collected is not
+    known to be yanked: it is not listed)."""
+    table = db.version
+    wanted = {p.key: p for p in packages}
+    names = sorted({p.name.lower() for p in packages})
+    found: list[Package] = []
+    with db.engine.connect() as conn:
+        for start in range(0, len(names), CHUNK):
+            rows = conn.execute(
+                select(table.c.PRODUCT_KEY, table.c.VERSION).where(
+                    table.c.PRODUCT_KEY.in_(names[start : start + CHUNK]),
+                    table.c.YANKED.is_(True),
+                )
+            )
+            for row in rows:
+                package = wanted.get((str(row.PRODUCT_KEY).lower(), str(row.VERSION)))
+                if package is not None:
+                    found.append(package)
+    return found
+
+
+def lock_graph(path: Path) -> DependencyGraph:
+    """The dependency graph of a Cargo.lock (any format version): each `[[package]]`'s
+    `dependencies` (`name`, `name version` or `name version (source)`), resolved to the
+    (name, version) they name; `local` every package not from crates.io (workspace members,
+    path, git); the root is the one workspace member (no source) that no other package
+    depends on (None when the lock has several)."""
+    try:
+        document = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise InputError(f"cannot read {path}: {exc}") from None
+    entries = [e for e in document.get("package") or [] if isinstance(e, dict)]
+    nodes = [(str(e.get("name")), str(e.get("version"))) for e in entries]
+    by_name: dict[str, list[tuple[str, str]]] = {}
+    for node in nodes:
+        by_name.setdefault(node[0], []).append(node)
+    edges: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for entry, node in zip(entries, nodes, strict=True):
+        for text in entry.get("dependencies") or []:
+            name, _, rest = str(text).partition(" ")
+            version = rest.split(" ")[0] if rest else None
+            candidates = by_name.get(name, [])
+            target = next((c for c in candidates if version is None or c[1] == version), None)
+            if target is not None:
+                edges.setdefault(node, []).append(target)
+    sources = [e.get("source") if isinstance(e.get("source"), str) else None for e in entries]
+    local = [n for n, src in zip(nodes, sources, strict=True) if src not in CRATES_IO_SOURCES]
+    members = [n for n, src in zip(nodes, sources, strict=True) if src is None]
+    depended = {d for deps in edges.values() for d in deps}
+    roots = [n for n in members if n not in depended]
+    root = roots[0] if len(roots) == 1 else None
+    folder = path.resolve().parent.name
+    return DependencyGraph(root, local, edges, folder)

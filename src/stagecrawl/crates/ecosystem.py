@@ -21,6 +21,7 @@ CRATES = Ecosystem(
     package_word="crate",
     registry_key="crates_io",
     lockfile_name="Cargo.lock",
+    manifest_name="Cargo.toml",
 )
 
 

@@ -8,6 +8,7 @@ tested hard in tests/crates/test_semver.py.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import total_ordering
 
@@ -91,3 +92,106 @@ def _is_pre(text: str) -> bool:
 
 # Cargo's order, as the VERSION/PRODUCT owners take it.
 SEMVER = VersionOrder(sort_key, _is_pre)
+
+
+# --- Version requirements, as cargo reads them (`1.2`, `^1.2.3`, `~1.2`, `>=1, <2`, `1.*`) ---
+#
+# Hand-written for the same reason as Version: cargo's requirement rules (a bare version is a
+# caret requirement, pre-releases only match a comparator naming the same release) are not
+# what the Python semver packages implement.
+
+_COMPARATOR = re.compile(
+    r"^\s*(?P<op>=|>=|<=|>|<|~|\^)?\s*(?P<major>\d+|\*|x|X)"
+    r"(?:\.(?P<minor>\d+|\*|x|X))?(?:\.(?P<patch>\d+|\*|x|X))?"
+    r"(?:-(?P<pre>[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?(?:\+[0-9A-Za-z.-]+)?\s*$"
+)
+
+
+def _bounds(
+    op: str, parts: list[int | None], pre: str
+) -> tuple[Version | None, Version | None, bool]:
+    """(lowest included, upper bound, whether the upper bound is included) of one comparator."""
+    major, minor, patch = parts
+    pre_ids: tuple[int | str, ...] = (
+        tuple(int(p) if p.isdigit() else p for p in pre.split(".")) if pre else ()
+    )
+    low = Version(major or 0, minor or 0, patch or 0, pre_ids)
+    if major is None:
+        return None, None, False
+    if op in ("", "^"):
+        if minor is None:
+            return low, Version(major + 1, 0, 0, (0,)), False
+        if major > 0 or patch is None:
+            if major > 0:
+                return low, Version(major + 1, 0, 0, (0,)), False
+            return low, Version(0, minor + 1, 0, (0,)), False
+        if minor > 0:
+            return low, Version(0, minor + 1, 0, (0,)), False
+        return low, Version(0, 0, patch + 1, (0,)), False
+    if op == "~":
+        if minor is None:
+            return low, Version(major + 1, 0, 0, (0,)), False
+        return low, Version(major, minor + 1, 0, (0,)), False
+    if op == "=":
+        if minor is None:
+            return low, Version(major + 1, 0, 0, (0,)), False
+        if patch is None:
+            return low, Version(major, minor + 1, 0, (0,)), False
+        return low, low, True
+    if op == ">=":
+        return low, None, False
+    if op == ">":
+        if minor is None:
+            return Version(major + 1, 0, 0), None, False
+        if patch is None:
+            return Version(major, minor + 1, 0), None, False
+        return Version(major, minor, patch + 1, ()) if not pre_ids else low, None, False
+    if op == "<":
+        return None, low if pre_ids else Version(major, minor or 0, patch or 0, (0,)), False
+    # <=
+    if minor is None:
+        return None, Version(major + 1, 0, 0, (0,)), False
+    if patch is None:
+        return None, Version(major, minor + 1, 0, (0,)), False
+    return None, low, True
+
+
+def version_matcher(requirement: str) -> Callable[[str], bool]:
+    """A predicate for cargo's version requirement `requirement` (raises ValueError when it
+    is not one). A pre-release matches only when a comparator names a pre-release of the same
+    major.minor.patch, as cargo says."""
+    comparators = []
+    for text in requirement.split(","):
+        match = _COMPARATOR.match(text)
+        if not match:
+            raise ValueError(f"not a version requirement: {requirement!r}")
+        parts: list[int | None] = []
+        for name in ("major", "minor", "patch"):
+            value = match[name]
+            parts.append(None if value is None or value in "*xX" else int(value))
+        if parts[0] is None:
+            parts = [None, None, None]
+        elif parts[1] is None:
+            parts[2] = None
+        op = match["op"] or ""
+        low, high, inclusive = _bounds(op, parts, match["pre"] or "")
+        comparators.append((low, high, inclusive, parts, match["pre"] or ""))
+
+    def matches(text: str) -> bool:
+        try:
+            version = Version.parse(text)
+        except ValueError:
+            return False
+        for low, high, inclusive, _, _ in comparators:
+            if low is not None and version < low:
+                return False
+            if high is not None and (version > high if inclusive else not version < high):
+                return False
+        if version.pre:
+            return any(
+                pre and parts == [version.major, version.minor, version.patch]
+                for _, _, _, parts, pre in comparators
+            )
+        return True
+
+    return matches

@@ -17,14 +17,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from packageurl import PackageURL
 from sqlalchemy import Table, func, select
 
 from stagecrawl.errors import InputError
+from stagecrawl.sca.config import Ignore
 from stagecrawl.sca.ecosystem import Ecosystem
 from stagecrawl.sca.osv_model import Affected, affected_packages, cvss_vector
 from stagecrawl.storage.db import Database
 
-DENY_KINDS = ("warnings", "unmaintained", "unsound", "notice", "informational")
+DENY_KINDS = ("warnings", "unmaintained", "unsound", "notice", "yanked", "informational")
 CHUNK = 500
 
 
@@ -41,6 +43,18 @@ class Package:
     @property
     def key(self) -> tuple[str, str]:
         return (self.product_key or self.name.lower(), self.version)
+
+
+@dataclass
+class DependencyGraph:
+    """A project's resolved graph as its lock file gives it: (name, version) nodes, the
+    project's own package (`root`, None when the lock names several), the packages not from
+    the registry (workspace members, path and git dependencies), and who depends on whom."""
+
+    root: tuple[str, str] | None
+    local: list[tuple[str, str]]
+    edges: dict[tuple[str, str], list[tuple[str, str]]]
+    name: str = ""  # the project, when no single root package names it (the lock's folder)
 
 
 @dataclass(frozen=True)
@@ -75,12 +89,23 @@ class AuditReport:
     advisories_modified: datetime | None = None  # the newest `modified` among them
     # package key → (normalised SPDX expression, raw LICENSE) where collected
     licenses: dict[tuple[str, str], tuple[str | None, str | None]] = field(default_factory=dict)
+    # The gate (stagecrawl.sca.gate): hits set aside, and what fails or is said beside them.
+    ignored: list[tuple[Hit, Ignore]] = field(default_factory=list)
+    below_threshold: list[Hit] = field(default_factory=list)
+    gate_failures: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    yanked: list[Package] = field(default_factory=list)  # audited versions known yanked
+    graph: DependencyGraph | None = None  # for a single lock file: the BOM's dependencies
 
     def denied(self, hit: Hit) -> bool:
         kind = hit.advisory.informational
         if kind is None:
             return True
         return bool({"warnings", "informational", kind} & self.deny)
+
+    @property
+    def yanked_denied(self) -> bool:
+        return bool(self.yanked) and bool({"warnings", "yanked"} & self.deny)
 
     @property
     def vulnerabilities(self) -> list[Hit]:
@@ -92,10 +117,14 @@ class AuditReport:
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.problems or any(self.denied(h) for h in self.hits) else 0
+        failing = self.problems or self.gate_failures or self.yanked_denied
+        return 1 if failing or any(self.denied(h) for h in self.hits) else 0
 
     def purl(self, package: Package) -> str:
-        return f"pkg:{self.ecosystem.purl_type}/{package.name}@{package.version}"
+        """The package URL, built by the purl library (`+` in a version is `%2B`)."""
+        return PackageURL(
+            type=self.ecosystem.purl_type, name=package.name, version=package.version
+        ).to_string()
 
 
 def parse_deny(values: Iterable[str]) -> frozenset[str]:

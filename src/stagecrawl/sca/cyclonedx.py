@@ -58,6 +58,8 @@ def audit_cyclonedx(report: AuditReport, serial: str, timestamp: datetime) -> di
         if licenses:
             component["licenses"] = licenses
         components.append(component)
+    root, extra, dependencies = _graph(report)
+    components += extra
     by_advisory: dict[str, list[Hit]] = {}
     for hit in report.hits:
         by_advisory.setdefault(hit.advisory.osv_id, []).append(hit)
@@ -108,20 +110,72 @@ def audit_cyclonedx(report: AuditReport, serial: str, timestamp: datetime) -> di
                 {"name": "stagecrawl:informational", "value": advisory.informational}
             ]
         vulnerabilities.append(entry)
-    return {
+    metadata: dict[str, Any] = {
+        "timestamp": time_text(timestamp),
+        "tools": {
+            "components": [{"type": "application", "name": "stagecrawl", "version": __version__}]
+        },
+    }
+    if root is not None:
+        metadata["component"] = root
+    bom: dict[str, Any] = {
         "$schema": CYCLONEDX_SCHEMA,
         "bomFormat": "CycloneDX",
         "specVersion": "1.6",
         "serialNumber": f"urn:uuid:{serial}",
         "version": 1,
-        "metadata": {
-            "timestamp": time_text(timestamp),
-            "tools": {
-                "components": [
-                    {"type": "application", "name": "stagecrawl", "version": __version__}
-                ]
-            },
-        },
+        "metadata": metadata,
         "components": components,
-        "vulnerabilities": vulnerabilities,
     }
+    if dependencies:
+        bom["dependencies"] = dependencies
+    bom["vulnerabilities"] = vulnerabilities
+    return bom
+
+
+def _graph(
+    report: AuditReport,
+) -> tuple[dict[str, Any] | None, list[dict[str, Any]], list[dict[str, Any]]]:
+    """From the lock file's graph: the root component (the project), the components that are
+    not from the registry (workspace members, path and git dependencies: no purl), and the
+    `dependencies` of every node."""
+    graph = report.graph
+    if graph is None:
+        return None, [], []
+    refs: dict[tuple[str, str], str] = {}
+    for package in report.packages:
+        refs[(package.name, package.version)] = report.purl(package)
+    local: list[dict[str, Any]] = []
+    root: dict[str, Any]
+    for name, version in graph.local:
+        refs[(name, version)] = f"local:{name}@{version}"
+    if graph.root is not None:
+        name, version = graph.root
+        root = {
+            "type": "application",
+            "bom-ref": refs[graph.root],
+            "name": name,
+            "version": version,
+        }
+        root_ref = refs[graph.root]
+    else:
+        root_ref = f"project:{graph.name or 'project'}"
+        root = {"type": "application", "bom-ref": root_ref, "name": graph.name or "project"}
+    for name, version in graph.local:
+        if (name, version) != graph.root:
+            local.append(
+                {
+                    "type": "library",
+                    "bom-ref": refs[(name, version)],
+                    "name": name,
+                    "version": version,
+                }
+            )
+    dependencies = []
+    if graph.root is None:
+        tops = [n for n in graph.local if not any(n in deps for deps in graph.edges.values())]
+        dependencies.append({"ref": root_ref, "dependsOn": sorted(refs[n] for n in tops)})
+    for node, ref in sorted(refs.items(), key=lambda item: item[1]):
+        wanted = sorted({refs[d] for d in graph.edges.get(node, []) if d in refs})
+        dependencies.append({"ref": ref, "dependsOn": wanted})
+    return root, local, dependencies

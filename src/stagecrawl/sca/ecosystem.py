@@ -53,6 +53,7 @@ class Ecosystem:
     package_word: str = "package"  # in reports: "crate"
     registry_key: str = ""  # in JSON keys: packages_not_from_<registry_key> ("crates_io")
     lockfile_name: str = ""  # the file a repo@tag source stands for ("Cargo.lock")
+    manifest_name: str = ""  # where SARIF points a version named on the command line
 
     def parsed(self, version: str) -> OrderedVersion | None:
         """The version parsed, or None when the ecosystem cannot order it."""

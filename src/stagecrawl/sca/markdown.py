@@ -37,6 +37,25 @@ def audit_header(report: AuditReport) -> str:
     )
 
 
+def gate_lines(report: AuditReport) -> list[str]:
+    """What the gate did, one line each: failures first (they decide the exit code)."""
+    lines = [f"gate failed: {failure}" for failure in report.gate_failures]
+    for hit, ignore in report.ignored:
+        until = f", until {ignore.until}" if ignore.until else ""
+        why = ignore.reason or "no reason given"
+        lines.append(
+            f"ignored: {hit.advisory.osv_id} in {hit.package.name} {hit.package.version}"
+            f" ({why}{until})"
+        )
+    lines += [
+        f"below the severity threshold: {h.advisory.osv_id} in {h.package.name} {h.package.version}"
+        for h in report.below_threshold
+    ]
+    verdict = "denied" if report.yanked_denied else "warning"
+    lines += [f"yanked ({verdict}): {p.name} {p.version}" for p in report.yanked]
+    return lines
+
+
 def audit_footer(report: AuditReport) -> str:
     return (
         f"{len(report.vulnerabilities)} vulnerabilities, {len(report.warnings)} warnings"
@@ -86,12 +105,17 @@ def audit_markdown(report: AuditReport) -> str:
         parts.append(markdown_table(columns, rows))
     else:
         parts.append("No advisory hits the audited versions.\n")
+    gate = gate_lines(report)
+    if gate:
+        parts.append("\n".join(f"- {_cell(line)}" for line in gate) + "\n")
     parts.append(f"**{audit_footer(report)}**\n")
     return "\n".join(parts)
 
 
 def license_markdown(check: LicenseCheck, package_word: str = "package") -> str:
     parts = ["## Licenses\n"]
+    if check.problems:
+        parts.append("\n".join(f"- **not checked:** {_cell(p)}" for p in check.problems) + "\n")
     if check.violations:
         parts.append(markdown_table((package_word, *LICENSE_COLUMNS[1:]), license_rows(check)))
     else:

@@ -51,12 +51,17 @@ class Affected:
     ecosystem: Ecosystem | None = field(default=None, compare=False, repr=False)
 
     def range_text(self) -> str:
-        if self.ranges:
-            return "|".join(r.text() for r in self.ranges)
-        return "|".join(f"[{v},{v}]" for v in self.versions)
+        """VULN_RANGE: the intervals, then the listed versions no interval already holds
+        (`[v,v]`), `|`-separated."""
+        return "|".join(self.range_texts())
 
     def range_texts(self) -> list[str]:
-        return [r.text() for r in self.ranges] + [f"[{v},{v}]" for v in self.versions]
+        extra = [v for v in self.versions if not self._in_a_range(v)]
+        return [r.text() for r in self.ranges] + [f"[{v},{v}]" for v in extra]
+
+    def _in_a_range(self, version: str) -> bool:
+        parsed = self.ecosystem.parsed(version) if self.ecosystem is not None else None
+        return parsed is not None and any(r.contains(parsed) for r in self.ranges)
 
     def hits(self, version: str) -> bool:
         assert self.ecosystem is not None

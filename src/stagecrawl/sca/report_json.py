@@ -42,5 +42,21 @@ def audit_json(report: AuditReport) -> dict[str, Any]:
         "warnings": len(report.warnings),
         "hits": [hit_json(h, report.ecosystem.package_word) for h in report.hits],
         "problems": report.problems,
+        "ignored": [
+            {
+                **hit_json(hit, report.ecosystem.package_word),
+                "reason": ignore.reason,
+                "until": None if ignore.until is None else ignore.until.isoformat(),
+            }
+            for hit, ignore in report.ignored
+        ],
+        "below_threshold": [
+            hit_json(h, report.ecosystem.package_word) for h in report.below_threshold
+        ],
+        "yanked": [
+            {report.ecosystem.package_word: p.name, "version": p.version} for p in report.yanked
+        ],
+        "gate_failures": report.gate_failures,
+        "notes": report.notes,
         "exit_code": report.exit_code,
     }

@@ -8,6 +8,7 @@ the check that matters.
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 from typing import Any
 
 from stagecrawl import __version__
@@ -52,31 +53,61 @@ def _rule(advisory: StoredAdvisory, level: str) -> dict[str, Any]:
     return rule
 
 
-def _locations(report: AuditReport, hit: Hit) -> list[dict[str, Any]]:
+def git_root(path: Path) -> Path | None:
+    """The repository a file is in: the nearest folder above it with a `.git`."""
+    for folder in path.resolve().parents:
+        if (folder / ".git").exists():
+            return folder
+    return None
+
+
+def artifact_uri(path: Path, root: Path | None) -> str:
+    """`path` relative to `root` (else to its repository's root, else to the working
+    directory), as a code-scanning upload maps it; a file outside that root is named alone."""
+    base = root or git_root(path) or Path.cwd()
+    try:
+        return path.resolve().relative_to(base.resolve()).as_posix()
+    except ValueError:
+        return path.name
+
+
+def _locations(report: AuditReport, hit: Hit, root: Path | None) -> list[dict[str, Any]]:
+    """Every place the package was found, each a physical location: a lock file at the line
+    of its entry; a repo@tag source, the lock file at that repository's top; a version named on
+    the command line (or collected), the ecosystem's manifest at the root (docs/sca.md)."""
     package = hit.package
     logical = {"fullyQualifiedName": f"{package.name}@{package.version}", "kind": "package"}
+    ecosystem = report.ecosystem
     files = []
+    seen: set[tuple[str, int | None]] = set()
     for source in package.sources:
-        if source in ("argument", "collected"):
-            continue
-        # A repo@tag source is that tag's lock file, at the top of the repository.
-        lock = report.ecosystem.lockfile_name
-        uri = lock if lock and "@" in source and not source.endswith(lock) else source
-        physical: dict[str, Any] = {"artifactLocation": {"uri": uri.replace("\\", "/")}}
         line = package.lines.get(source)
+        if source in ("argument", "collected"):
+            uri = ecosystem.manifest_name or ecosystem.lockfile_name or "."
+        elif "@" in source and not Path(source).exists():
+            uri = ecosystem.lockfile_name or source  # repo@tag: its lock file, at the top
+        else:
+            uri = artifact_uri(Path(source), root)
+        if (uri, line) in seen:
+            continue
+        seen.add((uri, line))
+        physical: dict[str, Any] = {"artifactLocation": {"uri": uri}}
         if line:
             physical["region"] = {"startLine": line}
         files.append({"physicalLocation": physical, "logicalLocations": [logical]})
-    return files or [{"logicalLocations": [logical]}]
+    return files
 
 
-def audit_sarif(report: AuditReport) -> dict[str, Any]:
+def audit_sarif(report: AuditReport, root: Path | None = None) -> dict[str, Any]:
     """SARIF 2.1.0 as code-scanning dashboards read it: one rule per advisory, one result per
-    (package version, advisory), `security-severity` from the CVSS base score."""
+    (package version, advisory), `security-severity` from the CVSS base score, every result
+    with a physical location (lock files relative to `root`); an ignored advisory is a result
+    with an accepted suppression carrying the ignore's reason."""
     rules: list[dict[str, Any]] = []
     index: dict[str, int] = {}
     results = []
-    for hit in report.hits:
+    ignored = {id(hit): ignore for hit, ignore in report.ignored}
+    for hit in report.hits + [h for h, _ in report.ignored]:
         advisory = hit.advisory
         level = _level(report, hit)
         if advisory.osv_id not in index:
@@ -85,16 +116,25 @@ def audit_sarif(report: AuditReport) -> dict[str, Any]:
         fingerprint = hashlib.sha256(
             f"{hit.package.name}@{hit.package.version}:{advisory.osv_id}".encode()
         ).hexdigest()
-        results.append(
-            {
-                "ruleId": advisory.osv_id,
-                "ruleIndex": index[advisory.osv_id],
-                "level": level,
-                "message": {"text": _message(hit)},
-                "locations": _locations(report, hit),
-                "partialFingerprints": {"stagecrawlPackageAdvisory/v1": fingerprint},
-            }
-        )
+        result: dict[str, Any] = {
+            "ruleId": advisory.osv_id,
+            "ruleIndex": index[advisory.osv_id],
+            "level": level,
+            "message": {"text": _message(hit)},
+            "locations": _locations(report, hit, root),
+            "partialFingerprints": {"stagecrawlPackageAdvisory/v1": fingerprint},
+        }
+        ignore = ignored.get(id(hit))
+        if ignore is not None:
+            until = f" (until {ignore.until})" if ignore.until else ""
+            result["suppressions"] = [
+                {
+                    "kind": "external",
+                    "status": "accepted",
+                    "justification": (ignore.reason or "ignored in the config") + until,
+                }
+            ]
+        results.append(result)
     return {
         "$schema": SARIF_SCHEMA,
         "version": "2.1.0",
@@ -106,8 +146,14 @@ def audit_sarif(report: AuditReport) -> dict[str, Any]:
                     {
                         "executionSuccessful": not report.problems,
                         "toolExecutionNotifications": [
-                            {"level": "error", "message": {"text": problem}}
-                            for problem in report.problems
+                            *(
+                                {"level": "error", "message": {"text": text}}
+                                for text in [*report.problems, *report.gate_failures]
+                            ),
+                            *(
+                                {"level": "note", "message": {"text": text}}
+                                for text in report.notes
+                            ),
                         ],
                     }
                 ],

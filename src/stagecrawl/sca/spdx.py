@@ -120,6 +120,14 @@ def _phrase_key(text: str) -> str:
     return " ".join(text.lower().replace('"', " ").split()).strip(" .")
 
 
+_GNU = re.compile(r"^(A|L)?GPL-\d|^GFDL-\d")
+
+
+def is_gnu(license_id: str) -> bool:
+    """GPL, LGPL, AGPL and GFDL: the licenses whose "or later" is an id of its own."""
+    return bool(_GNU.match(license_id))
+
+
 def _tokens(text: str) -> list[str]:
     return _WORD.findall(text)
 
@@ -147,8 +155,13 @@ class LicenseReader:
     """Reads license strings as SPDX expressions, with one registry's loose names (compared
     in lower case with spaces collapsed, each mapped to the SPDX expression it means)."""
 
-    def __init__(self, loose_names: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, loose_names: Mapping[str, str] | None = None, keep_deprecated: bool = False
+    ) -> None:
         self.loose_names: Mapping[str, str] = dict(loose_names or {})
+        # Deprecated ids kept as themselves (as the `spdx` crate's lax mode reads crate
+        # metadata, for a license policy), instead of mapped to what the SPDX list says.
+        self.keep_deprecated = keep_deprecated
         # Per reader, bounded: a backfill reads each distinct string once.
         self.normalise = lru_cache(maxsize=65536)(self._normalise)
 
@@ -190,15 +203,23 @@ class LicenseReader:
         canonical = SPDX_LICENSES.get(word.lower())
         if canonical is not None:
             if canonical in DEPRECATED:
+                if self.keep_deprecated and not canonical.endswith("+"):
+                    return LicenseReq(canonical)
                 return self._parse(_tokens(DEPRECATED[canonical]), strict=True)
             return LicenseReq(canonical)
         if word.endswith("+") and len(word) > 1:
             base = self._license_word(word[:-1])
             if isinstance(base, LicenseReq) and base.known:
+                if is_gnu(base.id):
+                    # GNU licenses say "or later" with their -or-later id, never a `+`.
+                    if base.id.endswith("-or-later"):
+                        return LicenseReq(word, known=False) if self.keep_deprecated else base
+                    stem = base.id.removesuffix("-only")
+                    later = SPDX_LICENSES.get(f"{stem}-or-later".lower())
+                    if later is not None:
+                        return LicenseReq(later)
                 if base.id.endswith("-or-later"):
                     return base
-                if base.id.endswith("-only"):
-                    return LicenseReq(base.id[: -len("-only")] + "-or-later")
                 return LicenseReq(base.id, or_later=True)
         if word.startswith(("LicenseRef-", "DocumentRef-")):
             return LicenseReq(word)
