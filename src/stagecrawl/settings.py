@@ -400,7 +400,10 @@ def parse_budget(text: str) -> tuple[int, float]:
     if not match:
         raise ValueError(f"a budget is LIMIT/WINDOW such as 600/600s or 600/10m, not {text!r}")
     limit, amount, unit = match.groups()
-    return int(limit), float(amount) * _BUDGET_UNITS[unit]
+    seconds = float(amount) * _BUDGET_UNITS[unit]
+    if int(limit) < 1 or not seconds > 0:
+        raise ValueError("a budget needs a limit ≥ 1 and a window > 0")
+    return int(limit), seconds
 
 
 def _check(setting: Setting, value: Any, source: str) -> None:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from stagecrawl.engine.fetcher import Validators
+if TYPE_CHECKING:  # not at import: `stagecrawl status` reads frontiers without aiohttp
+    from stagecrawl.engine.fetcher import Validators
 
 # The common case, read with plain string operations (urlsplit + parse_qsl + urlencode cost
 # more than a fetch's own bookkeeping): an http(s) URL whose host is plain (no userinfo, no
@@ -94,6 +95,8 @@ class Request:
     def validators(self) -> Validators | None:
         if self.etag is None and self.last_modified is None:
             return None
+        from stagecrawl.engine.fetcher import Validators
+
         return Validators(self.etag, self.last_modified)
 
 
