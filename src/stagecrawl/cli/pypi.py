@@ -46,6 +46,7 @@ from stagecrawl.pypi import pipeline, sca
 from stagecrawl.pypi.client import PyPIClient
 from stagecrawl.pypi.names import name_problem
 from stagecrawl.pypi.pipeline import CollectReport, CollectSettings, LockReport, PyPIEndpoints
+from stagecrawl.pypi.refresh import refresh
 from stagecrawl.sca.audit import AuditReport
 from stagecrawl.sca.cyclonedx import audit_cyclonedx
 from stagecrawl.sca.ecosystem import utcnow
@@ -555,3 +556,62 @@ def licenses_check(
         return EXIT_PARTIAL if result.violations else EXIT_OK
 
     raise typer.Exit(guarded(body))
+
+
+@app.command("refresh")
+def refresh_command(
+    names: Names = None,
+    collect: Annotated[
+        bool,
+        typer.Option("--collect/--no-collect", help="Collect the new events afterwards."),
+    ] = True,
+    fmt: FormatOption = Format.table,
+    db: Db = None,
+    pypi_index_url: IndexUrl = None,
+    pypi_api_url: ApiUrl = None,
+    contact: Contact = None,
+    pypi_index_rate: IndexRate = None,
+    pypi_api_rate: ApiRate = None,
+    pypi_files_rate: FilesRate = None,
+    concurrency: Concurrency = None,
+    redis_url: RedisUrl = None,
+    lease_seconds: LeaseSeconds = None,
+    grace_period: GracePeriod = None,
+) -> None:
+    """Re-check stored projects with conditional GETs (ETag): new versions become events,
+    yanks (and their reversal) flip, PRODUCT's latest version and serial follow."""
+    options = locals()
+    s = guarded(lambda: settings_from(options))
+    wanted = guarded(lambda: pipeline.check_names(names or []))
+
+    async def body(stop: GracefulStop) -> int:
+        client = make_client(s)
+        async with client.fetcher:
+            database = Database(s.db)
+            report = await refresh(database, client, wanted, stop, s.concurrency)
+            collected: CollectReport | None = None
+            if collect and report.new_events and not stop.requested:
+                collected = await pipeline.collect(
+                    database,
+                    client,
+                    collect_settings(s, None, True),
+                    stop,
+                    licenses=sca.license_matcher(database),
+                )
+        document: dict[str, Any] = {"refresh": report.as_json()}
+        if collected is not None:
+            document["collect"] = collected.as_json()
+
+        def tables() -> None:
+            show("pypi refresh", {k: v for k, v in report.as_json().items() if k != "failed"})
+            for name, reason in sorted(report.failed.items()):
+                console.print(f"refresh {name}: {reason}", highlight=False, markup=False)
+            if collected is not None:
+                render_collect(collected, Format.table)
+
+        emit(fmt, document, tables)
+        problems = report.problems or (collected is not None and collected.problems)
+        interrupted = report.interrupted or (collected is not None and collected.interrupted)
+        return exit_code(problems, interrupted, stop)
+
+    run(body, s.grace_period)
