@@ -470,6 +470,15 @@ def audit_command(
         list[str] | None,
         typer.Option("--deny", help="Fail on informational advisories too: warnings, or a kind."),
     ] = None,
+    repo: Annotated[
+        str | None, typer.Option("--repo", help="A git repository whose tags hold lock files.")
+    ] = None,
+    tag: Annotated[list[str] | None, typer.Option("--tag", help="A tag of --repo.")] = None,
+    tags_matching: Annotated[
+        str | None, typer.Option("--tags-matching", help="Glob over --repo's tags.")
+    ] = None,
+    all_tags: Annotated[bool, typer.Option("--all-tags", help="Every tag of --repo.")] = False,
+    cache_dir: CacheDir = None,
     db: Db = None,
 ) -> None:
     """Which stored PyPI advisories hit these pins — collected or not (run `pypi vulns`
@@ -480,7 +489,14 @@ def audit_command(
     async def body(stop: GracefulStop) -> int:
         if output not in AUDIT_FORMATS:
             raise InputError(f"--format must be one of {', '.join(AUDIT_FORMATS)}")
-        inputs = sca.audit_inputs(targets or [], lockfile or [])
+        tagged = (
+            await pipeline.lock_files(
+                repo, tag or [], tags_matching, all_tags, None, Path(s.cache_dir), stop
+            )
+            if repo
+            else []
+        )
+        inputs = sca.audit_inputs(targets or [], lockfile or [], tagged)
         report = await asyncio.to_thread(sca.audit_pypi, s.db, inputs, deny or [])
         if output == "table":
             _print_audit(report)
