@@ -105,3 +105,33 @@ def test_cli_audit_formats_and_exit_codes(advisories_db: str, tmp_path: Path) ->
     assert broken.stderr.count("\n") == 1 and "not TOML" in broken.stderr
     unpinned = stagecrawl("pypi", "audit", "requests>=2", "--db", advisories_db)
     assert unpinned.returncode == 2 and "NAME==VERSION" in unpinned.stderr
+
+
+@needs_zip
+def test_cli_audit_of_a_repository_at_each_tag(advisories_db: str, tmp_path: Path) -> None:
+    import subprocess
+
+    work = tmp_path / "app"
+    work.mkdir()
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], cwd=work, check=True, capture_output=True)
+
+    git("init", "-q", "-b", "main")
+    git("config", "user.email", "t@example.org")
+    git("config", "user.name", "t")
+    (work / "requirements.txt").write_text("requests==2.18.0\n")
+    git("add", ".")
+    git("commit", "-qm", "one")
+    git("tag", "v1")
+    (work / "requirements.txt").write_text("requests==2.32.3\n")
+    git("commit", "-qam", "two")
+    git("tag", "v2")
+    done = stagecrawl(
+        "pypi", "audit", "--repo", str(work), "--all-tags", "--db", advisories_db,
+        "--cache-dir", str(tmp_path / "cache"), "--format", "json",
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    hits = json.loads(done.stdout)["hits"]
+    assert {h["version"] for h in hits} == {"2.18.0"}
+    assert any("app@v1" in str(h) for h in hits)

@@ -46,6 +46,7 @@ from stagecrawl.pypi import pipeline, sca
 from stagecrawl.pypi.client import PyPIClient
 from stagecrawl.pypi.names import name_problem
 from stagecrawl.pypi.pipeline import CollectReport, CollectSettings, LockReport, PyPIEndpoints
+from stagecrawl.pypi.refresh import refresh
 from stagecrawl.sca.audit import AuditReport
 from stagecrawl.sca.cyclonedx import audit_cyclonedx
 from stagecrawl.sca.ecosystem import utcnow
@@ -469,6 +470,15 @@ def audit_command(
         list[str] | None,
         typer.Option("--deny", help="Fail on informational advisories too: warnings, or a kind."),
     ] = None,
+    repo: Annotated[
+        str | None, typer.Option("--repo", help="A git repository whose tags hold lock files.")
+    ] = None,
+    tag: Annotated[list[str] | None, typer.Option("--tag", help="A tag of --repo.")] = None,
+    tags_matching: Annotated[
+        str | None, typer.Option("--tags-matching", help="Glob over --repo's tags.")
+    ] = None,
+    all_tags: Annotated[bool, typer.Option("--all-tags", help="Every tag of --repo.")] = False,
+    cache_dir: CacheDir = None,
     db: Db = None,
 ) -> None:
     """Which stored PyPI advisories hit these pins — collected or not (run `pypi vulns`
@@ -479,7 +489,14 @@ def audit_command(
     async def body(stop: GracefulStop) -> int:
         if output not in AUDIT_FORMATS:
             raise InputError(f"--format must be one of {', '.join(AUDIT_FORMATS)}")
-        inputs = sca.audit_inputs(targets or [], lockfile or [])
+        tagged = (
+            await pipeline.lock_files(
+                repo, tag or [], tags_matching, all_tags, None, Path(s.cache_dir), stop
+            )
+            if repo
+            else []
+        )
+        inputs = sca.audit_inputs(targets or [], lockfile or [], tagged)
         report = await asyncio.to_thread(sca.audit_pypi, s.db, inputs, deny or [])
         if output == "table":
             _print_audit(report)
@@ -555,3 +572,62 @@ def licenses_check(
         return EXIT_PARTIAL if result.violations else EXIT_OK
 
     raise typer.Exit(guarded(body))
+
+
+@app.command("refresh")
+def refresh_command(
+    names: Names = None,
+    collect: Annotated[
+        bool,
+        typer.Option("--collect/--no-collect", help="Collect the new events afterwards."),
+    ] = True,
+    fmt: FormatOption = Format.table,
+    db: Db = None,
+    pypi_index_url: IndexUrl = None,
+    pypi_api_url: ApiUrl = None,
+    contact: Contact = None,
+    pypi_index_rate: IndexRate = None,
+    pypi_api_rate: ApiRate = None,
+    pypi_files_rate: FilesRate = None,
+    concurrency: Concurrency = None,
+    redis_url: RedisUrl = None,
+    lease_seconds: LeaseSeconds = None,
+    grace_period: GracePeriod = None,
+) -> None:
+    """Re-check stored projects with conditional GETs (ETag): new versions become events,
+    yanks (and their reversal) flip, PRODUCT's latest version and serial follow."""
+    options = locals()
+    s = guarded(lambda: settings_from(options))
+    wanted = guarded(lambda: pipeline.check_names(names or []))
+
+    async def body(stop: GracefulStop) -> int:
+        client = make_client(s)
+        async with client.fetcher:
+            database = Database(s.db)
+            report = await refresh(database, client, wanted, stop, s.concurrency)
+            collected: CollectReport | None = None
+            if collect and report.new_events and not stop.requested:
+                collected = await pipeline.collect(
+                    database,
+                    client,
+                    collect_settings(s, None, True),
+                    stop,
+                    licenses=sca.license_matcher(database),
+                )
+        document: dict[str, Any] = {"refresh": report.as_json()}
+        if collected is not None:
+            document["collect"] = collected.as_json()
+
+        def tables() -> None:
+            show("pypi refresh", {k: v for k, v in report.as_json().items() if k != "failed"})
+            for name, reason in sorted(report.failed.items()):
+                console.print(f"refresh {name}: {reason}", highlight=False, markup=False)
+            if collected is not None:
+                render_collect(collected, Format.table)
+
+        emit(fmt, document, tables)
+        problems = report.problems or (collected is not None and collected.problems)
+        interrupted = report.interrupted or (collected is not None and collected.interrupted)
+        return exit_code(problems, interrupted, stop)
+
+    run(body, s.grace_period)

@@ -105,13 +105,23 @@ class AuditInputs:
     problems: list[str]
 
 
-def audit_inputs(targets: Sequence[str], lockfiles: Iterable[Path]) -> AuditInputs:
-    """Every input read and checked before the database is opened."""
+def audit_inputs(
+    targets: Sequence[str],
+    lockfiles: Iterable[Path],
+    tagged: Sequence[tuple[str, list[LockFile] | str]] = (),
+) -> AuditInputs:
+    """Every input read and checked before the database is opened: pins, lock files, and the
+    lock files of repository tags (`pipeline.lock_files`; a tag without one is a problem)."""
     packages = parse_targets(targets)
     skipped = 0
     problems: list[str] = []
-    for path in lockfiles:
-        lock = read_lockfile(path)
+    locks = [read_lockfile(path) for path in lockfiles]
+    for label, found in tagged:
+        if isinstance(found, str):
+            problems.append(f"{label}: {found}")
+        else:
+            locks += found
+    for lock in locks:
         packages += lock_packages(lock)
         skipped += len(lock.skipped)
         problems += [f"{lock.where}: {line} (unpinned, not audited)" for line in lock.unpinned]

@@ -224,9 +224,11 @@ class ProductTable(_Owner):
         product_key: str,
         versions: Sequence[tuple[str, bool]],
         now: datetime,
+        extra: Mapping[str, Any] | None = None,
     ) -> None:
         """What the registry's version list decides for a stored package: LATEST_VERSION,
-        COMP_STATUS and VERSION_COUNT."""
+        COMP_STATUS and VERSION_COUNT (and the registry's own `extra` columns with them, e.g.
+        PyPI's ETAG and LAST_SERIAL)."""
         latest = self.latest(versions)
         conn.execute(
             update(self.table)
@@ -236,8 +238,15 @@ class ProductTable(_Owner):
                 COMP_STATUS=latest.status,
                 VERSION_COUNT=len(versions),
                 LAST_UPDATED=now,
+                **dict(extra or {}),
             )
         )
+
+    def column(self, conn: Connection, name: str) -> dict[str, Any]:
+        """One column of every stored package, by key (PyPI's ETAG for a refresh)."""
+        table = self.table
+        rows = conn.execute(select(table.c.PRODUCT_KEY, table.c[name]).where(self._mine(table)))
+        return {str(key).lower(): value for key, value in rows}
 
     def count(self, conn: Connection) -> int:
         return int(conn.execute(select(func.count()).select_from(self.table)).scalar_one())
