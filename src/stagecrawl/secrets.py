@@ -25,10 +25,12 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 MASK = "***"
 SECRET_PARAMS = re.compile(r"pass(word)?|passwd|pwd|secret|token|api[-_]?key|auth", re.IGNORECASE)
 # `[scheme:[//]]user:password@` anywhere in a text. The password runs to the last `@` of its
-# word (urlsplit's rule: a password may hold `@`); the user part holds no `:`, `/` or `@`.
+# word (urlsplit's rule: a password may hold `@`); the user part holds no `:`, `/` or `@`, and
+# neither does the password hold a `/` (RFC 3986: userinfo ends where the path begins). Without
+# that rule a purl such as `pkg:cargo/time@0.3.10` read as user `pkg`, password `cargo/time`.
 USERINFO = re.compile(
     r"(?P<lead>(?:[A-Za-z][A-Za-z0-9+.\-]*:/{0,3})?[^\s:/@'\"<>()\[\]{},]*)"
-    r":(?!/)(?P<password>[^\s'\"<>]+)@"
+    r":(?!/)(?P<password>[^\s'\"<>/]+)@"
 )
 # `?password=…` (or `&token=…`, `;pwd=…`) in a query, parsed or not.
 SECRET_QUERY = re.compile(

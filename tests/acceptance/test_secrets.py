@@ -230,6 +230,8 @@ def test_malformed_urls_never_print_their_password(tmp_path: Path) -> None:
         # Not credentials: left as they are.
         ("stagecrawl/0.1.0 (+ops@example.org)", "stagecrawl/0.1.0 (+ops@example.org)"),
         ("serde@1.0.0 tokio@1.2.3", "serde@1.0.0 tokio@1.2.3"),
+        # purls in a CycloneDX or SARIF report (a userinfo never holds a `/`)
+        ("pkg:cargo/time@0.3.10 pkg:pypi/django@1.11.29",) * 2,
         ('{"user_agent": "x (+a@b.org)", "at": "12:30:45"}',) * 2,
         ("mysql+pymysql://crawler@127.0.0.1/db", "mysql+pymysql://crawler@127.0.0.1/db"),
     ],
