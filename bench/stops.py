@@ -51,18 +51,18 @@ PHASES = [
     Phase(
         "collecting at --api-rate 0.1",
         ["crates", "crawl", *NAMES[:8], "--api-rate", "0.1"],
-        lambda _index, api: len(api.log) >= 1,
+        lambda index, api: len(index.log) >= 8 and len(api.log) >= 1,  # seeded: API only
         signal.SIGTERM,
     ),
     Phase(
         "a budget wait (--api-budget 2/600s)",
         ["crates", "crawl", *NAMES[:6], "--api-rate", "20", "--api-budget", "2/600s"],
-        lambda _index, api: len(api.log) >= 2,
+        lambda index, api: len(index.log) >= 6 and len(api.log) >= 2,
     ),
     Phase(
         "a 429 cooldown (Retry-After: 120)",
         ["crates", "crawl", *NAMES[:6], "--api-rate", "20"],
-        lambda _index, api: len(api.log) >= 1,
+        lambda index, api: len(index.log) >= 6 and len(api.log) >= 1,
         signal.SIGTERM,
         lambda _index, api: api.rule("/api/*", too_many=10_000, retry_after="120"),
     ),

@@ -165,6 +165,12 @@ def test_a_retry_after_beyond_the_maximum_fails_fast_and_stops_fast(
     assert {e["PROCESSED"] for e in dump(url)["TB_COMP_LIB_RUST_LIST"]} == {30}
 
 
+def seeded(mirror: Mirror, names: list[str]) -> bool:
+    """Every name was asked of the index: from now on only the phase under test sends (a
+    request granted before the signal may reach the origin a moment after it)."""
+    return len(mirror.index.log) >= len(names)
+
+
 def collected(url: str) -> set[int]:
     return {e["PROCESSED"] for e in dump(url)["TB_COMP_LIB_RUST_LIST"]}
 
@@ -196,7 +202,7 @@ def test_collecting_at_a_tenth_of_a_request_a_second_stops_at_once(
     url = f"sqlite:///{tmp_path / 'slow.db'}"
     args = ("crates", "crawl", *names, "--db", url, *mirror.urls())
     process = spawn(*args, "--api-rate", "0.1", env=ENV)
-    stopped = stop_when(process, lambda: len(mirror.api.log) >= 1, sig)
+    stopped = stop_when(process, lambda: seeded(mirror, names) and len(mirror.api.log) >= 1, sig)
     assert stopped.code == exit_code(sig), stopped.stderr
     assert stopped.took < BOUND, stopped.took  # not the grace period: nothing was on the wire
     assert sent_after(mirror.api, stopped.sent) == []
@@ -217,7 +223,7 @@ def test_a_budget_wait_is_ours_and_stops_at_once(
     url = f"sqlite:///{tmp_path / 'budget.db'}"
     args = ("crates", "crawl", *names, "--db", url, *mirror.urls())
     process = spawn(*args, "--api-rate", "20", "--api-budget", "2/600s", env=ENV)
-    stopped = stop_when(process, lambda: len(mirror.api.log) >= 2, sig)
+    stopped = stop_when(process, lambda: seeded(mirror, names) and len(mirror.api.log) >= 2, sig)
     assert stopped.code == exit_code(sig), stopped.stderr
     assert stopped.took < BOUND, stopped.took
     assert sent_after(mirror.api, stopped.sent) == []
@@ -238,7 +244,7 @@ def test_a_429_cooldown_stops_at_once(mirror: Mirror, tmp_path: Path, sig: signa
     mirror.api.rule("/api/*", too_many=10_000, retry_after="120")
     args = ("crates", "crawl", *names, "--db", url, *mirror.urls())
     process = spawn(*args, "--api-rate", "20", env=ENV)
-    stopped = stop_when(process, lambda: len(mirror.api.log) >= 1, sig)
+    stopped = stop_when(process, lambda: seeded(mirror, names) and len(mirror.api.log) >= 1, sig)
     assert stopped.code == exit_code(sig), stopped.stderr
     assert stopped.took < BOUND, stopped.took
     assert sent_after(mirror.api, stopped.sent) == []
