@@ -97,7 +97,9 @@ class PrivateRedis(PrivateServer):
 
 class PrivatePostgres(PrivateServer):
     """initdb into a temporary directory owned by the `postgres` user (PostgreSQL refuses to
-    run as root); `pg_ctl stop -m immediate` is the outage (every connection dropped)."""
+    run as root); `pg_ctl stop -m immediate` is the outage (every connection dropped). With
+    fsync off a commit is still written to the OS before it is acknowledged, so a stopped
+    server keeps every acknowledged commit (only a machine crash would lose them)."""
 
     def __init__(self, directory: Path) -> None:
         found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
@@ -146,7 +148,9 @@ class PrivatePostgres(PrivateServer):
 
 class PrivateMariaDB(PrivateServer):
     """mariadb-install-db into a temporary directory, mariadbd on a free port; SIGKILL is the
-    outage (a crash: every connection dropped)."""
+    outage (a crash: every connection dropped). Commits are written to the OS at once (flushed
+    to disk once a second: `innodb_flush_log_at_trx_commit=2`), so a killed server keeps every
+    commit it acknowledged, as a durable server does (=0 would lose the last second's)."""
 
     def __init__(self, directory: Path) -> None:
         install, server = shutil.which("mariadb-install-db"), shutil.which("mariadbd")
@@ -174,7 +178,7 @@ class PrivateMariaDB(PrivateServer):
         self.process = subprocess.Popen(
             [self.server, "--no-defaults", f"--datadir={self.data}", f"--port={self.port}",
              f"--socket={self.socket}", "--bind-address=127.0.0.1", "--skip-log-bin",
-             "--innodb-buffer-pool-size=32M", "--innodb-flush-log-at-trx-commit=0",
+             "--innodb-buffer-pool-size=32M", "--innodb-flush-log-at-trx-commit=2",
              "--skip-name-resolve", f"--pid-file={self.directory / 'pid'}",
              f"--log-error={self.directory / 'error.log'}", *user],
             stdout=subprocess.DEVNULL,

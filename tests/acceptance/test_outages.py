@@ -5,6 +5,7 @@ line and exit 1, leaves nothing stuck, and a rerun completes. No traceback, ever
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -38,6 +39,19 @@ def progress(url: str) -> tuple[int, int, int]:
         engine.dispose()
 
 
+def workers(url: str) -> int:
+    """How many workers have registered (each is past its start-up, in its run)."""
+    engine = create_engine(url, connect_args={"connect_timeout": 2})
+    try:
+        with engine.connect() as conn:
+            query = select(func.count()).select_from(table("TB_STAGECRAWL_WORKER"))
+            return int(conn.execute(query).scalar_one())
+    except Exception:
+        return 0
+    finally:
+        engine.dispose()
+
+
 def wait_for(condition: object, what: str, timeout: float = 90.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():  # type: ignore[operator]
@@ -52,7 +66,12 @@ def finish(workers: list[subprocess.Popen[str]], timeout: float) -> list[tuple[i
     deadline = time.monotonic() + timeout
     try:
         for worker in workers:
-            _out, err = worker.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            try:
+                _out, err = worker.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                _out, err = worker.communicate()
+                raise AssertionError(f"a worker still ran after {timeout:g}s:\n{err}") from None
             results.append((worker.returncode, err))
     finally:
         for worker in workers:
@@ -93,42 +112,65 @@ def test_database_outages_short_waited_out_long_one_line_then_a_rerun_completes(
     total = progress(clean)[0]
 
     # A 10 s outage, three workers (each 1 API request/s: the run outlasts the outage).
-    workers = [
+    crew = [
         spawn("crates", "collect", "--db", short, *mirror.urls(), "--api-rate", "1",
               "--concurrency", "2", env={"STAGECRAWL_OUTAGE_SECONDS": "60"})
         for _ in range(3)
     ]  # fmt: skip
     try:
-        wait_for(lambda: progress(short)[1] >= 3, "a few crates collected")
+        wait_for(lambda: progress(short)[1] >= 3 and workers(short) == 3, "every worker running")
     except AssertionError:
-        finish(workers, 1)
+        finish(crew, 1)
         raise
     server.stop()
     time.sleep(10)
     server.start()
-    for code, err in finish(workers, 180):
+    for code, err in finish(crew, 180):
         assert code == 0, err
         no_stray_output(err)
         assert "trying again for up to 60s" in err, err  # each worker saw the outage
     assert progress(short) == (total, total, 0)
     assert dump(short) == expected
 
+    # SIGINT while an outage is waited out: the stop is bounded by the grace period, not by
+    # the outage bound.
+    worker = spawn("crates", "collect", "--db", long, *mirror.urls(), "--api-rate", "1",
+                   "--lease-seconds", "10", "--grace-period", "2",
+                   env={"STAGECRAWL_OUTAGE_SECONDS": "120"})  # fmt: skip
+    try:
+        wait_for(lambda: progress(long)[1] >= 2 and workers(long) == 1, "the worker running")
+    except AssertionError:
+        finish([worker], 1)
+        raise
+    server.stop()
+    time.sleep(2)
+    worker.send_signal(signal.SIGINT)
+    signalled = time.monotonic()
+    [(code, err)] = finish([worker], 30)
+    assert time.monotonic() - signalled < 2 + 8, err  # grace period + a margin, not 120 s
+    server.start()
+    assert code == 130, err
+    no_stray_output(err)
+
     # An outage twice the bound: each worker gives up after the bound, one line, exit 1.
     bound = 4.0
-    workers = [
+    before = workers(long)  # the interrupted worker's row may still be there
+    crew = [
         spawn("crates", "collect", "--db", long, *mirror.urls(), "--api-rate", "1",
               "--concurrency", "2", "--lease-seconds", "10",
               env={"STAGECRAWL_OUTAGE_SECONDS": str(bound)})
         for _ in range(2)
     ]  # fmt: skip
     try:
-        wait_for(lambda: progress(long)[1] >= 3, "a few crates collected")
+        wait_for(
+            lambda: progress(long)[1] >= 3 and workers(long) >= before + 2, "both workers running"
+        )
     except AssertionError:
-        finish(workers, 1)
+        finish(crew, 1)
         raise
     server.stop()
     stopped = time.monotonic()
-    results = finish(workers, 60)
+    results = finish(crew, 60)
     ended = time.monotonic() - stopped
     time.sleep(max(0.0, 2 * bound - (time.monotonic() - stopped)))
     server.start()

@@ -254,10 +254,14 @@ class Collector:
             if self.settings.limit is not None:
                 self.total = min(self.total, self.settings.limit)
             self.licenses = await asyncio.to_thread(LicenseMatcher.load, self.db)
+            # A stop during a database outage ends the waits for it at once (bounded stops).
+            watch = asyncio.ensure_future(self.stop.event.wait())
+            watch.add_done_callback(lambda w: None if w.cancelled() else self.db.outage.abandon())
             await self.queue.open(shared, self._progress)
             try:
                 stats = await self.loop.run()
             finally:
+                watch.cancel()
                 await self.queue.close()  # every lease still held goes back now
                 self.summary.released = self.queue.released_rows
         self.summary.interrupted = stats.interrupted

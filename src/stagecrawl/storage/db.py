@@ -46,6 +46,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlch
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.types import UserDefinedType
 
+from stagecrawl.engine.shutdown import Interrupted
 from stagecrawl.errors import DatabaseUnavailable, StorageError
 from stagecrawl.secrets import mask_url, redact
 from stagecrawl.settings import DEFAULTS
@@ -425,9 +426,12 @@ class Database:
         return self.engine.url.database if self.is_sqlite else None
 
     def create_all(self) -> None:
-        try:
+        def create() -> None:
             self.upgrade()
             self.metadata.create_all(self.engine)
+
+        try:
+            self._through_outages(create)  # both are idempotent: redone after a lost connection
         except SQLAlchemyError as exc:
             raise StorageError(f"cannot create tables in {self.safe_url}: {exc}") from None
 
@@ -600,6 +604,12 @@ class Outage:
         self.what = what
         self._since: float | None = None
         self._lock = threading.Lock()
+        self._abandoned = threading.Event()
+
+    def abandon(self) -> None:
+        """A stop was asked (SIGINT/SIGTERM): a wait ends now, raising Interrupted, rather
+        than at the bound (every stop is bounded by the grace period)."""
+        self._abandoned.set()
 
     @property
     def ongoing(self) -> bool:
@@ -609,6 +619,8 @@ class Outage:
         """After a lost connection: sleep one backoff step (full jitter, capped), or raise
         DatabaseUnavailable once the outage has lasted `bound` (then at once, every time,
         until a connection is made again)."""
+        if self._abandoned.is_set():
+            raise Interrupted(f"stopped while {self.what} was unreachable: {_first_line(exc)}")
         with self._lock:
             now = time.monotonic()
             if self._since is None:
@@ -627,7 +639,8 @@ class Outage:
                 " once its leases run out)"
             ) from None
         step = min(self.BACKOFF_CAP, self.BACKOFF_FIRST * 2**attempt)
-        time.sleep(min(random.uniform(step / 2, step), self.bound - elapsed))
+        if self._abandoned.wait(min(random.uniform(step / 2, step), self.bound - elapsed)):
+            raise Interrupted(f"stopped while {self.what} was unreachable: {_first_line(exc)}")
 
     def over(self) -> None:
         """A connection was made: the outage, if any, is over."""
