@@ -46,7 +46,6 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlch
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.types import UserDefinedType
 
-from stagecrawl.engine.shutdown import Interrupted
 from stagecrawl.errors import DatabaseUnavailable, StorageError
 from stagecrawl.secrets import mask_url, redact
 from stagecrawl.settings import DEFAULTS
@@ -605,10 +604,13 @@ class Outage:
         self._since: float | None = None
         self._lock = threading.Lock()
         self._abandoned = threading.Event()
+        self._stop_error: Callable[[str], BaseException] = DatabaseUnavailable
 
-    def abandon(self) -> None:
-        """A stop was asked (SIGINT/SIGTERM): a wait ends now, raising Interrupted, rather
-        than at the bound (every stop is bounded by the grace period)."""
+    def abandon(self, error: Callable[[str], BaseException]) -> None:
+        """A stop was asked (SIGINT/SIGTERM): a wait ends now, raising `error(message)` (the
+        caller's stop exception: storage knows nothing of the engine), rather than at the
+        bound, so every stop stays bounded by its grace period."""
+        self._stop_error = error
         self._abandoned.set()
 
     @property
@@ -620,7 +622,7 @@ class Outage:
         DatabaseUnavailable once the outage has lasted `bound` (then at once, every time,
         until a connection is made again)."""
         if self._abandoned.is_set():
-            raise Interrupted(f"stopped while {self.what} was unreachable: {_first_line(exc)}")
+            raise self._stop_error(f"stopped while {self.what} was unreachable: {_first_line(exc)}")
         with self._lock:
             now = time.monotonic()
             if self._since is None:
@@ -640,7 +642,7 @@ class Outage:
             ) from None
         step = min(self.BACKOFF_CAP, self.BACKOFF_FIRST * 2**attempt)
         if self._abandoned.wait(min(random.uniform(step / 2, step), self.bound - elapsed)):
-            raise Interrupted(f"stopped while {self.what} was unreachable: {_first_line(exc)}")
+            raise self._stop_error(f"stopped while {self.what} was unreachable: {_first_line(exc)}")
 
     def over(self) -> None:
         """A connection was made: the outage, if any, is over."""
