@@ -47,7 +47,9 @@ def build_limiter(s: Settings, clock: Clock | None = None) -> Limiter:
         from stagecrawl.engine.redis_limiter import RedisLimiter
         from stagecrawl.secrets import mask_url
 
-        return RedisLimiter(s.redis_url, clock, safe_url=mask_url(s.redis_url))
+        return RedisLimiter(
+            s.redis_url, clock, safe_url=mask_url(s.redis_url), outage_seconds=s.outage_seconds
+        )
     return LocalLimiter(clock)
 
 

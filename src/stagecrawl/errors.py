@@ -19,6 +19,11 @@ class StorageError(StagecrawlError):
     """The database or an output store cannot be opened or written."""
 
 
+class DatabaseUnavailable(StagecrawlError):
+    """The database stayed unreachable past the outage bound (`outage_seconds`) mid-run: the
+    worker stops (exit 1); what it holds is given back, or its leases run out."""
+
+
 class LimiterUnavailable(StagecrawlError):
     """The shared rate limit (Redis) went away mid-run: stop rather than pace blind."""
 

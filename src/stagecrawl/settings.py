@@ -165,6 +165,15 @@ class Settings:
         minimum=0,
         maximum=3600,
     )
+    outage_seconds: float = _s(
+        180.0,
+        "how long a lost database or Redis connection is retried (nothing new claimed meanwhile)"
+        " before the worker gives back what it can and stops: one line, exit 1",
+        flag=None,
+        minimum=0,
+        above=True,
+        maximum=DAY,
+    )
     timeout: float = _s(
         15.0,
         "connect and per-read timeout, seconds",

@@ -42,6 +42,7 @@ def test_losing_redis_mid_run_stops_the_worker_with_one_line(
             "20",
             "--concurrency",
             "2",
+            env={"STAGECRAWL_OUTAGE_SECONDS": "2"},  # waited out for 2 s, then it stops
         )
         try:
             deadline = time.monotonic() + 60
@@ -58,6 +59,7 @@ def test_losing_redis_mid_run_stops_the_worker_with_one_line(
                 worker.communicate()
     assert worker.returncode == 1, err
     assert "Traceback" not in err and "red1s-pa55" not in out + err
+    assert "did not finish within the grace period" not in err  # no stop was asked for
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, err
     assert f"redis://:***@127.0.0.1:{port}/0" in errors[0], errors[0]
@@ -79,7 +81,7 @@ def test_losing_redis_mid_refresh_stops_it_with_one_line(mirror: Mirror, tmp_pat
     with redis_server() as (port, server):
         redis_url = f"redis://127.0.0.1:{port}/0"
         refresh = spawn("crates", "refresh", "--db", url, *mirror.urls(), "--redis-url", redis_url,
-                        "--index-rate", "5")  # fmt: skip
+                        "--index-rate", "5", env={"STAGECRAWL_OUTAGE_SECONDS": "2"})  # fmt: skip
         try:
             deadline = time.monotonic() + 60
             while len(mirror.index.log) < 3:
@@ -94,7 +96,7 @@ def test_losing_redis_mid_refresh_stops_it_with_one_line(mirror: Mirror, tmp_pat
                 refresh.kill()
                 refresh.communicate()
     assert refresh.returncode == 1, err
-    assert "Traceback" not in err
+    assert "Traceback" not in err and "did not finish within the grace period" not in err
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and f"lost the shared rate limit at {redis_url}" in errors[0], err
     asked = len(mirror.index.log)

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 from sqlalchemy import select
 
 from stagecrawl.crates.index import IndexFormatError, parse_index_file
@@ -145,3 +146,20 @@ def test_an_index_file_naming_another_crate_is_reported_not_collected_under_that
         "line 2: names crate 'cc', not 'quick-xml'"
     ]
     assert events(db_file) == {("quick-xml", "0.30.0")}  # nothing registered as cc
+
+
+def test_html_where_json_was_expected_says_what_came(registry: Registry, tmp_path: Path) -> None:
+    async def captive_portal(_request: web.Request) -> web.StreamResponse:
+        page = "<!DOCTYPE html>\n<html><head><title>Sign in to the network</title></head></html>"
+        return web.Response(text=page, content_type="text/html")
+
+    registry.api.handle("/api/v1/crates/a", captive_portal)
+    done = stagecrawl(
+        "crates", "crawl", "a", "cc", "--db", f"sqlite:///{tmp_path / 'html.db'}",
+        *urls(registry),
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr and "Expecting value" not in done.stderr
+    [line] = [line for line in done.stderr.splitlines() if line.startswith("failed: a:")]
+    assert f"expected JSON from {registry.api.url}/api/v1/crates/a, got text/html" in line
+    assert "starting '<!DOCTYPE html> <html><head><title>Sign in" in line, line

@@ -134,9 +134,14 @@ def guarded(body: Callable[[], T]) -> T:
         if _is_a(exc, "sqlalchemy.exc", "SQLAlchemyError"):
             # A database that fails mid-run (disk full, connection lost): one line, and every
             # batch already written stays written (each is one transaction).
+            from stagecrawl.storage.db import is_connection_loss  # loaded: a database failed
+
             orig = getattr(exc, "orig", None) or exc
+            # A connection lost mid-run is not a bad input: what was written stays, a rerun
+            # goes on (exit 1, not 2).
+            code = EXIT_PARTIAL if is_connection_loss(exc) else EXIT_USAGE
             raise fail(
-                f"database error: {str(orig).splitlines()[0] if str(orig) else orig!r}"
+                f"database error: {str(orig).splitlines()[0] if str(orig) else orig!r}", code
             ) from None
         # A bug: still one line, the traceback only when asked for.
         if state["verbose"]:

@@ -328,7 +328,8 @@ async def run_seed(
     """`crates seed`: register every version the index lists for each name."""
     async with crates_fetcher(s) as fetcher:
         await _check_limiter(fetcher)
-        database = Database(s.db)  # after every check: a refused start creates nothing
+        # after every check: a refused start creates nothing
+        database = Database(s.db, outage_seconds=s.outage_seconds)
         client = CratesClient(fetcher, s.index_url, s.api_url)
         report = await seed(
             database, client, names, stop, resync, progress, s.grace_period, s.concurrency
@@ -349,7 +350,8 @@ async def run_collect(
     """`crates collect` (no names) and `crates crawl` (names seeded alongside)."""
     async with crates_fetcher(s) as fetcher:
         await _check_limiter(fetcher)
-        database = Database(s.db)  # after every check: a refused start creates nothing
+        # after every check: a refused start creates nothing
+        database = Database(s.db, outage_seconds=s.outage_seconds)
         client = CratesClient(fetcher, s.index_url, s.api_url)
         settings = collect_settings(s, limit, skip_existing)
         ai = ai_client(s, fetcher)
@@ -380,7 +382,13 @@ async def run_lock(
         inputs = await lock_inputs(repo, tags, pattern, all_tags, lockfile, label, cache, stop)
         client = CratesClient(fetcher, s.index_url, s.api_url)
         report = await lock(
-            lambda: Database(s.db), client, inputs, cache, s.index_url, pinned_only, stop
+            lambda: Database(s.db, outage_seconds=s.outage_seconds),
+            client,
+            inputs,
+            cache,
+            s.index_url,
+            pinned_only,
+            stop,
         )
         report.settings = effective(fetcher, {})
     return report
@@ -422,7 +430,7 @@ async def run_refresh(
 ) -> RefreshRunReport:
     async with crates_fetcher(s) as fetcher:
         await _check_limiter(fetcher)
-        database = Database(s.db)
+        database = Database(s.db, outage_seconds=s.outage_seconds)
         checked = await refresh(
             database, fetcher, s.index_url, list(names), stop, s.concurrency, s.grace_period
         )
@@ -462,7 +470,7 @@ async def run_dbdump(
             path = Path(source)
             if not path.is_file():
                 raise InputError(f"dump {source} does not exist")
-        database = Database(s.db)
+        database = Database(s.db, outage_seconds=s.outage_seconds)
 
         def advance(_what: str, n: int) -> None:
             if progress is not None:

@@ -41,7 +41,7 @@ from stagecrawl.crates.store import CrateWrite, existing_versions, write_rows
 from stagecrawl.crates.tables import LANGUAGE, REPOSITORY
 from stagecrawl.engine.filelock import exclusive
 from stagecrawl.engine.progress import ProgressReporter
-from stagecrawl.engine.shutdown import GracefulStop
+from stagecrawl.engine.shutdown import GracefulStop, Interrupted
 from stagecrawl.engine.work import LoopSettings, LoopStats, WorkLoop
 from stagecrawl.errors import FetchError, LimiterUnavailable, NotFound, RateLimited
 from stagecrawl.queue import Handler, QueueRun, RunSettings, WorkerProgress, worker_id
@@ -254,10 +254,16 @@ class Collector:
             if self.settings.limit is not None:
                 self.total = min(self.total, self.settings.limit)
             self.licenses = await asyncio.to_thread(LicenseMatcher.load, self.db)
+            # A stop during a database outage ends the waits for it at once (bounded stops).
+            watch = asyncio.ensure_future(self.stop.event.wait())
+            watch.add_done_callback(
+                lambda w: None if w.cancelled() else self.db.outage.abandon(Interrupted)
+            )
             await self.queue.open(shared, self._progress)
             try:
                 stats = await self.loop.run()
             finally:
+                watch.cancel()
                 await self.queue.close()  # every lease still held goes back now
                 self.summary.released = self.queue.released_rows
         self.summary.interrupted = stats.interrupted

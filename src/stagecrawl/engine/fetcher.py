@@ -127,7 +127,20 @@ class FetchResult:
         return self.content.decode("utf-8")
 
     def json(self) -> Any:
-        return json.loads(self.content)
+        """The body as JSON; otherwise a ValueError saying what came instead (its content
+        type and first bytes: an HTML error page, a captive portal), not a parser's column."""
+        try:
+            return json.loads(self.content)
+        except ValueError as exc:  # JSONDecodeError, or bytes that are not UTF-8 at all
+            kind = self.headers.get("Content-Type", "no content type")
+            start = self.content[:60].decode("utf-8", errors="replace")
+            shown = " ".join(start.split()) + ("…" if len(self.content) > 60 else "")
+            # where the parser stopped helps only when the body started as JSON
+            where = f" ({exc})" if getattr(exc, "pos", 0) else ""
+            raise ValueError(
+                f"expected JSON from {self.url}, got {kind} ({len(self.content)} bytes)"
+                f" starting {shown!r}{where}"
+            ) from None
 
 
 def parse_retry_after(value: str | None, now_wall: float) -> float | None:

@@ -10,10 +10,16 @@ a test must use the same scale). See ratelimit.py for why this is not pyrate-lim
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import random
+import time
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.exceptions import AuthenticationError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from stagecrawl.engine.clock import Clock, RealClock
 from stagecrawl.engine.ratelimit import (
@@ -28,6 +34,7 @@ from stagecrawl.engine.ratelimit import (
 )
 from stagecrawl.engine.shutdown import GracefulStop, Unsent
 from stagecrawl.errors import ConfigError, LimiterUnavailable
+from stagecrawl.settings import DEFAULTS
 
 log = logging.getLogger("stagecrawl.pacing")
 
@@ -152,8 +159,11 @@ class RedisLimiter:
         prefix: str = "stagecrawl:pace:",
         time_scale: float = 1.0,
         safe_url: str | None = None,
+        outage_seconds: float = DEFAULTS.outage_seconds,
     ) -> None:
         self.url = url
+        self.outage_seconds = outage_seconds  # how long a lost Redis is waited for
+        self._outage_since: float | None = None
         self.safe_url = safe_url or url
         self._clock = clock or RealClock()
         self.margin = margin
@@ -179,12 +189,49 @@ class RedisLimiter:
             raise ConfigError(f"cannot reach Redis at {self.safe_url}: {_reason(exc)}") from None
 
     async def _call(self, script: Any, keys: list[str], args: list[Any]) -> Any:
-        try:
-            return await script(keys=keys, args=[repr(self.time_scale), *args])
-        except (OSError, aioredis.RedisError) as exc:
+        """Run a script; a lost connection is tried again with backoff (nothing is sent
+        meanwhile: every request waits on its grant) until Redis has been gone for
+        `outage_seconds`, then LimiterUnavailable. Other Redis errors raise it at once."""
+        attempt = 0
+        while True:
+            try:
+                result = await script(keys=keys, args=[repr(self.time_scale), *args])
+            except (OSError, aioredis.RedisError) as exc:
+                lost = isinstance(exc, OSError | RedisConnectionError | RedisTimeoutError)
+                if not lost or isinstance(exc, AuthenticationError):
+                    raise LimiterUnavailable(
+                        f"lost the shared rate limit at {self.safe_url}: {_reason(exc)}"
+                    ) from None
+                await self._wait_out(exc, attempt)
+                attempt += 1
+                continue
+            if self._outage_since is not None:
+                log.warning(
+                    "Redis at %s reachable again after %.1fs",
+                    self.safe_url,
+                    time.monotonic() - self._outage_since,
+                )
+                self._outage_since = None
+            return result
+
+    async def _wait_out(self, exc: BaseException, attempt: int) -> None:
+        now = time.monotonic()
+        if self._outage_since is None:
+            self._outage_since = now
+            log.warning(
+                "lost Redis at %s (%s): trying again for up to %gs; nothing is sent meanwhile",
+                self.safe_url,
+                _reason(exc),
+                self.outage_seconds,
+            )
+        elapsed = now - self._outage_since
+        if elapsed >= self.outage_seconds:
             raise LimiterUnavailable(
                 f"lost the shared rate limit at {self.safe_url}: {_reason(exc)}"
+                f" (unreachable for {elapsed:.0f}s, outage_seconds {self.outage_seconds:g})"
             ) from None
+        step = min(5.0, 0.25 * 2**attempt)  # full jitter, capped: workers do not retry in step
+        await asyncio.sleep(min(random.uniform(step / 2, step), self.outage_seconds - elapsed))
 
     def _lane_key(self, lane: Lane) -> str:
         return f"{self.prefix}lane:{lane.name}@{lane.prefix}"

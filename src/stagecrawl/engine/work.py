@@ -144,16 +144,28 @@ class WorkLoop(Generic[U, R]):
         stop_watch = asyncio.create_task(self._wake_on_stop())
         try:
             await self._feed()
+        except Exception as exc:  # the queue failed under the feeder (its database is gone)
+            self._failure = self._failure or exc
         finally:
             stop_watch.cancel()
-            # A committer that failed (the database went away) or a unit whose processing
-            # raised (a bug, or the shared rate limit lost) ends the run: what is held is given
-            # back, what finished is committed, and the error is raised below.
+            # A committer that failed (the database went away), a queue that failed or a unit
+            # whose processing raised (a bug, or the shared rate limit lost) ends the run: what
+            # is held is given back as far as the queue still can, what finished is committed,
+            # and the first error is raised below. Every task is awaited, whatever failed, so
+            # none ends with an exception nobody retrieved.
             failed = self._committer_task.done() or self._failure is not None
-            await self._wind_down(workers, abort=failed)
+            try:
+                await self._wind_down(workers, abort=failed)
+            except Exception as exc:  # giving back failed too (the same outage, usually)
+                self._failure = self._failure or exc
+                for task in workers:
+                    task.cancel()
+                await asyncio.gather(*workers, return_exceptions=True)
             self._workers_done = True
             self._arrived.set()
-            await self._committer_task
+            (committed,) = await asyncio.gather(self._committer_task, return_exceptions=True)
+        if isinstance(committed, BaseException):
+            raise committed  # the first failure when the committer had one: nothing after it
         if self._failure is not None:
             raise self._failure
         self.stats.interrupted = self.stop.requested
@@ -225,7 +237,10 @@ class WorkLoop(Generic[U, R]):
             for task in late:
                 task.cancel()
             await asyncio.gather(*late, return_exceptions=True)
-            log.warning("%d unit(s) did not finish within the grace period: given back", len(held))
+            if held and self.stop.requested and not abort:  # a failure says why on its own
+                log.warning(
+                    "%d unit(s) did not finish within the grace period: given back", len(held)
+                )
             await self._release(held)
             self.stats.given_back["grace_period"] += len(held)
 

@@ -24,6 +24,7 @@ from typing import Generic, TypeVar
 
 from sqlalchemy import Connection
 
+from stagecrawl.errors import DatabaseUnavailable
 from stagecrawl.queue.ladder import ThisRun
 from stagecrawl.queue.sql import SqlQueue
 from stagecrawl.queue.table import Claimed, Outcome
@@ -135,6 +136,8 @@ class QueueRun(Generic[R]):
             await asyncio.sleep(interval)
             try:
                 await asyncio.to_thread(self._beat)
+            except DatabaseUnavailable:
+                return  # past the outage bound: the run stops and says why, once
             except Exception as exc:  # a missed beat is retried; the lease has room for it
                 log.warning("heartbeat failed: %s", str(exc).splitlines()[0])
 

@@ -125,8 +125,8 @@ class SqlQueue:
             .order_by(self._c(self.spec.group))
             .limit(limit)
         )
-        with self.db.reading() as conn:
-            return self._claimed(conn.execute(query).all())
+        # db.read: redone whole after a lost connection, within the outage bound
+        return self._claimed(self.db.read(lambda conn: conn.execute(query).all()))
 
     def _windows(self, window: Any, after: str | None) -> list[Any]:
         group = self._c(self.spec.group)
@@ -249,8 +249,8 @@ class SqlQueue:
         condition = and_(self._wanted(), until >= literal(utcnow()))
         if exclude:
             condition = and_(condition, self._c(s.group).not_in(_snapshot(exclude)))
-        with self.db.reading() as conn:
-            value = conn.execute(select(func.min(until)).where(condition)).scalar()
+        query = select(func.min(until)).where(condition)
+        value = self.db.read(lambda conn: conn.execute(query).scalar())  # redone if lost
         return value if isinstance(value, datetime) else None
 
     def release_stale(self, live: ColumnElement[Any] | None) -> int:
@@ -343,8 +343,8 @@ class SqlQueue:
     # -- reading ----------------------------------------------------------------------------
     def pending_count(self) -> int:
         """Rows claimable now or later (held ones included)."""
-        with self.db.reading() as conn:
-            return int(conn.execute(select(func.count()).where(self._wanted())).scalar_one())
+        query = select(func.count()).where(self._wanted())
+        return int(self.db.read(lambda conn: conn.execute(query).scalar_one()))  # redone if lost
 
     def by_state(self, conn: Connection) -> list[tuple[int, int]]:
         """(state, rows) for every state present."""
@@ -380,8 +380,7 @@ class SqlQueue:
 
     def leases_now(self) -> dict[str, int]:
         """Live leases per holder, read now."""
-        with self.db.reading() as conn:
-            return self.leases(conn)
+        return self.db.read(self.leases)  # redone after a lost connection
 
     def leases(self, conn: Connection) -> dict[str, int]:
         """Live leases per holder."""

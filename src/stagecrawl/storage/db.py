@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import random
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -45,12 +46,14 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlch
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.types import UserDefinedType
 
-from stagecrawl.errors import StorageError
+from stagecrawl.errors import DatabaseUnavailable, StorageError
 from stagecrawl.secrets import mask_url, redact
+from stagecrawl.settings import DEFAULTS
 
 log = logging.getLogger("stagecrawl.storage")
 
 DEFAULT_DB_URL = "sqlite:///stagecrawl.db"
+DEFAULT_OUTAGE_SECONDS = DEFAULTS.outage_seconds
 # Execution option of a connection that only reads (Database.reading): on SQLite its
 # transactions begin deferred and never take the write lock.
 READING = "stagecrawl_reading"
@@ -327,13 +330,25 @@ class Database:
     """An open database with stagecrawl's tables created on first use."""
 
     def __init__(
-        self, url: str = DEFAULT_DB_URL, create: bool = True, read_only: bool = False
+        self,
+        url: str = DEFAULT_DB_URL,
+        create: bool = True,
+        read_only: bool = False,
+        outage_seconds: float = DEFAULT_OUTAGE_SECONDS,
     ) -> None:
         """Open the database; with `read_only` nothing is created (no file, no folder, no
-        table, no collation) and a missing database or missing tables are a StorageError."""
+        table, no collation) and a missing database or missing tables are a StorageError.
+
+        Once it has been reached, a server database that goes away is waited for: new
+        connections are tried again with backoff, and `transaction` redoes a transaction
+        whose connection was lost, for up to `outage_seconds` of outage in all; past that
+        they raise DatabaseUnavailable. (An unreachable database at the start is a
+        StorageError at once: a wrong URL is not an outage.)"""
         self.url = url
         self.read_only = read_only
         self.safe_url = mask_url(url)
+        self.outage = Outage(outage_seconds, f"database {self.safe_url}")
+        self._reached = False
         try:
             parsed = make_url(url)
         except ArgumentError:
@@ -354,6 +369,8 @@ class Database:
             if not read_only:
                 _check_sqlite_folder(parsed.database)
             _sqlite_immediate_transactions(self.engine, read_only)
+        else:
+            event.listen(self.engine, "do_connect", self._connect_through_outages)
         try:
             with self.engine.connect() as conn:
                 ci = self._case_insensitive_collation(conn)
@@ -361,6 +378,7 @@ class Database:
             raise StorageError(
                 f"cannot reach database {self.safe_url}: {_first_line(exc)}"
             ) from None
+        self._reached = True
         self.collation = ci
         mysql_kw: dict[str, Any] = (
             {"mysql_charset": "utf8mb4", "mysql_collate": ci, "mysql_engine": "InnoDB"}
@@ -407,9 +425,12 @@ class Database:
         return self.engine.url.database if self.is_sqlite else None
 
     def create_all(self) -> None:
-        try:
+        def create() -> None:
             self.upgrade()
             self.metadata.create_all(self.engine)
+
+        try:
+            self._through_outages(create)  # both are idempotent: redone after a lost connection
         except SQLAlchemyError as exc:
             raise StorageError(f"cannot create tables in {self.safe_url}: {exc}") from None
 
@@ -512,7 +533,47 @@ class Database:
             with self.engine.begin() as conn:
                 return work(conn)
 
-        return retry_conflicts(attempt, attempts)
+        return self._through_outages(lambda: retry_conflicts(attempt, attempts))
+
+    def read(self, work: Callable[[Connection], T]) -> T:
+        """Run `work` on a reading connection (see `reading`); a connection lost under it
+        runs it again whole, within the outage bound, as `transaction` does."""
+
+        def attempt() -> T:
+            with self.reading() as conn:
+                return work(conn)
+
+        return self._through_outages(attempt)
+
+    def _through_outages(self, attempt: Callable[[], T]) -> T:
+        lost = 0
+        while True:
+            try:
+                return attempt()
+            except DBAPIError as exc:
+                # The connection went away mid-transaction (the server stopped or restarted):
+                # the database rolled it back, so it is redone whole once a connection can be
+                # made again, within the outage bound.
+                if self.is_sqlite or not self._reached or not is_connection_loss(exc):
+                    raise
+                self.outage.wait(exc, lost)
+                lost += 1
+
+    def _connect_through_outages(self, dialect: Any, _record: Any, cargs: Any, cparams: Any) -> Any:
+        """SQLAlchemy's `do_connect` hook: every new connection (the pool's, after a failed
+        pre-ping too) waits out an outage of a database this run has already reached."""
+        attempt = 0
+        while True:
+            try:
+                connection = dialect.connect(*cargs, **cparams)
+            except dialect.loaded_dbapi.Error as exc:
+                if not self._reached or not is_connection_loss(exc):
+                    raise
+                self.outage.wait(exc, attempt)
+                attempt += 1
+                continue
+            self.outage.over()
+            return connection
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[Connection]:
@@ -528,6 +589,69 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+class Outage:
+    """How long a server has been unreachable, shared by every thread using one connection
+    pool: the bound is on the outage, not per operation, so a worker stops at most
+    `bound` seconds after it first lost the server, whatever was waiting."""
+
+    BACKOFF_FIRST, BACKOFF_CAP = 0.25, 5.0
+
+    def __init__(self, bound: float, what: str) -> None:
+        self.bound = bound
+        self.what = what
+        self._since: float | None = None
+        self._lock = threading.Lock()
+        self._abandoned = threading.Event()
+        self._stop_error: Callable[[str], BaseException] = DatabaseUnavailable
+
+    def abandon(self, error: Callable[[str], BaseException]) -> None:
+        """A stop was asked (SIGINT/SIGTERM): a wait ends now, raising `error(message)` (the
+        caller's stop exception: storage knows nothing of the engine), rather than at the
+        bound, so every stop stays bounded by its grace period."""
+        self._stop_error = error
+        self._abandoned.set()
+
+    @property
+    def ongoing(self) -> bool:
+        return self._since is not None
+
+    def wait(self, exc: BaseException, attempt: int) -> None:
+        """After a lost connection: sleep one backoff step (full jitter, capped), or raise
+        DatabaseUnavailable once the outage has lasted `bound` (then at once, every time,
+        until a connection is made again)."""
+        if self._abandoned.is_set():
+            raise self._stop_error(f"stopped while {self.what} was unreachable: {_first_line(exc)}")
+        with self._lock:
+            now = time.monotonic()
+            if self._since is None:
+                self._since = now
+                log.warning(
+                    "lost the connection to %s (%s): trying again for up to %gs",
+                    self.what,
+                    _first_line(exc),
+                    self.bound,
+                )
+            elapsed = now - self._since
+        if elapsed >= self.bound:
+            raise DatabaseUnavailable(
+                f"{self.what} unreachable for {elapsed:.0f}s (outage_seconds"
+                f" {self.bound:g}): {_first_line(exc)}; stopped (what it held is reclaimable"
+                " once its leases run out)"
+            ) from None
+        step = min(self.BACKOFF_CAP, self.BACKOFF_FIRST * 2**attempt)
+        if self._abandoned.wait(min(random.uniform(step / 2, step), self.bound - elapsed)):
+            raise self._stop_error(f"stopped while {self.what} was unreachable: {_first_line(exc)}")
+
+    def over(self) -> None:
+        """A connection was made: the outage, if any, is over."""
+        if self._since is None:
+            return
+        with self._lock:
+            since, self._since = self._since, None
+        if since is not None:
+            log.warning("%s reachable again after %.1fs", self.what, time.monotonic() - since)
 
 
 def _check_sqlite_folder(database: str | None) -> None:
@@ -628,6 +752,32 @@ def is_conflict(exc: BaseException) -> bool:
     if args and args[0] in _CONFLICT_CODES:
         return True
     return getattr(orig, "sqlstate", None) in _CONFLICT_SQLSTATES
+
+
+# The connection is gone or cannot be made (an outage, not a bad statement). MySQL/MariaDB:
+# can't connect through the socket (2002) or TCP (2003), server gone away (2006), lost during
+# a query (2013) or at a system call (2055), server shutting down (1053), connection killed
+# (1927), disconnected by the server (4031). PostgreSQL: SQLSTATE class 08 (connection
+# exception), shutdown by an administrator or a crash (57P01, 57P02), cannot connect now
+# (57P03: starting up, recovering); psycopg reports a refused connect or a dropped socket as
+# an OperationalError without a SQLSTATE.
+_LOST_CODES = {2002, 2003, 2006, 2013, 2055, 1053, 1927, 4031}
+_LOST_SQLSTATES = {"57P01", "57P02", "57P03"}
+
+
+def is_connection_loss(exc: BaseException) -> bool:
+    """The database connection was lost or could not be made (not a bad statement)."""
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    orig = getattr(exc, "orig", None) or exc
+    args = getattr(orig, "args", ())
+    if args and isinstance(args[0], int) and args[0] in _LOST_CODES:
+        return True
+    sqlstate = getattr(orig, "sqlstate", None)
+    if isinstance(sqlstate, str):
+        return sqlstate.startswith("08") or sqlstate in _LOST_SQLSTATES
+    kind = type(orig)
+    return kind.__module__.startswith("psycopg") and kind.__name__ == "OperationalError"
 
 
 def retry_conflicts(transaction: Callable[[], T], attempts: int = 5) -> T:

@@ -104,14 +104,12 @@ class VersionTable(_Owner):
         found: dict[str, set[str]] = {key: set() for key in product_keys}
         if not product_keys:
             return found
-        with self.db.reading() as conn:
-            rows = conn.execute(
-                select(table.c.PRODUCT_KEY, table.c.VERSION).where(
-                    self._mine(table), table.c.PRODUCT_KEY.in_(list(product_keys))
-                )
-            )
-            for key, version in rows:
-                found.setdefault(str(key).lower(), set()).add(version)
+        query = select(table.c.PRODUCT_KEY, table.c.VERSION).where(
+            self._mine(table), table.c.PRODUCT_KEY.in_(list(product_keys))
+        )
+        # db.read: redone whole after a lost connection, within the outage bound
+        for key, version in self.db.read(lambda conn: conn.execute(query).all()):
+            found.setdefault(str(key).lower(), set()).add(version)
         return found
 
     def flip_yanked(
