@@ -115,7 +115,7 @@ class CollectSummary:
     failures: dict[str, str] = field(default_factory=dict)  # crate -> last reason (this run)
     # crate -> its index file's unreadable lines ("line 3: not JSON: …"), skipped this run
     index_problems: dict[str, list[str]] = field(default_factory=dict)
-    # crate -> why it was not attempted (a host's pause, our budget): it waits, off the ladder
+    # crate -> why it was not attempted (a host's pause): it waits, off the retry ladder
     waiting: dict[str, str] = field(default_factory=dict)
     waiting_events: int = 0
 
@@ -390,9 +390,9 @@ class Collector:
         return outcomes
 
     def _waits(self, events: list[Claimed], exc: RateLimited) -> list[Outcome]:
-        """Not attempted (the host asked for a pause longer than we may wait, or our budget is
-        spent): the events stay on their rung, not on the retry ladder, with the reason and
-        the time they may go again, and the run claims nothing more (nothing can be sent)."""
+        """Not attempted (the host asked for a pause longer than we may wait: its Retry-After,
+        or our backoff after 429s): the events stay on their rung, not on the retry ladder,
+        with the reason and the time they may go again, and the run claims nothing more."""
         reason = redact(exc.pause_text)
         until = exc.until or utcnow()
         self.queue.this_run.add(events[0].group)
