@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+from urllib.parse import urlsplit
+
 
 class StagecrawlError(Exception):
     """Base class of all stagecrawl errors."""
@@ -49,17 +52,67 @@ class NotFound(FetchError):
         self.status = status
 
 
+# What holds a rate-limited request back, in words, by source (engine.ratelimit.WaitReason's
+# values: errors.py imports nothing of the engine).
+WAIT_SOURCES = {
+    "retry_after": "the server asked to wait {s:.0f}s (Retry-After)",
+    "backoff": "our backoff after 429s without Retry-After needs {s:.0f}s more",
+    "budget": "our request budget for this lane is spent for {s:.0f}s more",
+    "lane_rate": "our lane's rate holds it {s:.0f}s",
+}
+
+
+WAIT_PHRASES = {
+    "retry_after": "{host} asked for a pause until {until} (server Retry-After)",
+    "backoff": "{host} answered 429 without Retry-After; our backoff holds it until {until}",
+    "budget": "our request budget for {host} is spent until {until}",
+    "lane_rate": "our lane's rate for {host} holds it until {until}",
+}
+
+
 class RateLimited(FetchError):
-    """The origin keeps refusing us (429), or asks us to wait longer than we are allowed to."""
+    """The origin keeps refusing us (429), or the request would wait longer than it is allowed
+    to. Not a failure of the work that asked: it was not attempted (or refused as a whole),
+    so it waits for `until` and climbs no retry ladder.
+
+    `source` says who holds it back (a WaitReason value: retry_after, backoff, budget,
+    lane_rate); `retry_after` the seconds; `until` when it may go again (UTC, naive)."""
 
     kind = "rate_limited"
 
-    def __init__(self, *, url: str, attempts: int, retry_after: float | None) -> None:
-        asked = f", server asked to wait {retry_after:.0f}s" if retry_after is not None else ""
+    def __init__(
+        self,
+        *,
+        url: str,
+        attempts: int,
+        retry_after: float | None,
+        source: str = "retry_after",
+        until: datetime | None = None,
+    ) -> None:
+        asked = ""
+        if retry_after is not None:
+            asked = ", " + WAIT_SOURCES.get(source, WAIT_SOURCES["retry_after"]).format(
+                s=retry_after
+            )
+            if until is not None:
+                asked += f" (until {until:%H:%M:%S} UTC)"
         super().__init__(
             f"rate limited after {attempts} attempt(s){asked}: {url}", url=url, attempts=attempts
         )
         self.retry_after = retry_after
+        self.source = source
+        self.until = until
+
+    @property
+    def pause_text(self) -> str:
+        """Why the work waits and until when, naming the source, in one phrase:
+        `index.crates.io asked for a pause until 14:05:07 UTC (server Retry-After)`."""
+        parts = urlsplit(self.url)
+        host = parts.netloc.rsplit("@", 1)[-1] or self.url
+        when = f"{self.until:%H:%M:%S} UTC" if self.until is not None else "later"
+        return WAIT_PHRASES.get(self.source, WAIT_PHRASES["retry_after"]).format(
+            host=host, until=when
+        )
 
 
 class TransientError(FetchError):

@@ -145,6 +145,22 @@ class Settings:
         above=True,
         maximum=DAY,
     )
+    heartbeat_seconds: float = _s(
+        5.0,
+        "collect: seconds between a worker's heartbeats; silent for 3 of them, it counts as"
+        " dead and any live worker takes its leases back",
+        flag=None,
+        minimum=0,
+        above=True,
+        maximum=3600,
+    )
+    claim_ahead: int = _s(
+        0,
+        "collect: crates a worker holds claimed beyond those in progress (0 = the concurrency)",
+        flag=None,
+        minimum=0,
+        maximum=MAX_CONCURRENCY,
+    )
     grace_period: float = _s(
         10.0,
         "seconds in-flight work may take to finish after SIGINT/SIGTERM",

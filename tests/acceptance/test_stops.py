@@ -159,10 +159,11 @@ def test_a_retry_after_beyond_the_maximum_fails_fast_and_stops_fast(
     done = stagecrawl("crates", "crawl", *NAMES[:5], "--db", url, *mirror.urls(), env=ENV)
     assert done.returncode == 1, done.stderr
     assert time.monotonic() - started < 30  # never a 700 s sleep
-    assert "server asked to wait 700s" in done.stderr or "cooling down" in done.stderr
+    assert "asked for a pause until" in done.stderr and "(server Retry-After)" in done.stderr
     # the host stays paused: one request saw the 429, the others never reached it
     assert len(mirror.api.requests_to("/api/*")) == 1
-    assert {e["PROCESSED"] for e in dump(url)["TB_COMP_LIB_RUST_LIST"]} == {30}
+    # not attempted: the events wait for the pause off the retry ladder (issue 21)
+    assert {e["PROCESSED"] for e in dump(url)["TB_COMP_LIB_RUST_LIST"]} == {0}
 
 
 def seeded(mirror: Mirror, names: list[str]) -> bool:

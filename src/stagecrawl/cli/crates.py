@@ -111,6 +111,8 @@ def render_collect(report: pipeline.CollectReport, fmt: Format) -> None:
                 "yanked (collected, flagged)": summary.yanked,
                 "failed (on the retry ladder)": summary.failed,
             }
+            if summary.waiting_events:
+                rows["not attempted (waiting for a pause)"] = summary.waiting_events
             if summary.lost_leases:
                 rows["crates lost to another worker"] = summary.lost_leases
             if summary.interrupted:
@@ -171,6 +173,9 @@ def print_reasons(report: pipeline.CollectReport) -> None:
     for kind, line in lines:
         colour = "bold red" if kind == "failed" else "yellow"
         console.print(f"[{colour}]{kind}:[/] {escape(line)}", highlight=False, soft_wrap=True)
+    waiting = report.waiting_line  # work not attempted: one line, off the retry ladder
+    if waiting is not None:
+        console.print(f"[yellow]{escape(waiting)}[/]", highlight=False, soft_wrap=True)
 
 
 async def _crawl(

@@ -21,7 +21,7 @@ from stagecrawl.cli.common import (
     settings_from,
 )
 from stagecrawl.crates import tables as crates_tables
-from stagecrawl.crates.queue import PENDING, STATE_NAMES, event_list, seed_queue
+from stagecrawl.crates.queue import PENDING, STATE_NAMES, event_list, seed_queue, utcnow
 from stagecrawl.engine.frontier import STATE_NAMES as FRONTIER_STATES
 from stagecrawl.engine.progress import summary_table
 from stagecrawl.engine.shutdown import GracefulStop
@@ -58,6 +58,39 @@ def crates_status(db: Database) -> dict[str, Any]:
         "versions": versions,
         "products": products,
         "workers": live_workers(db),
+        **lease_holders(db),
+    }
+
+
+def lease_holders(db: Database) -> dict[str, Any]:
+    """Who holds leases on the LIST, how many, since when, how alive (the queue package's
+    view), and what waits for a pause, not attempted."""
+    now = utcnow()
+    events = event_list(db).queue
+    with db.reading() as conn:
+        holders = Workers(db).holders(conn, events)
+        waiting = events.waiting(conn)
+    return {
+        "lease_holders": [
+            {
+                "worker": h.worker,
+                "leased_events": h.rows,
+                "since": None if h.since is None else f"{h.since:%Y-%m-%dT%H:%M:%SZ}",
+                "heartbeat_seconds_ago": None
+                if h.heartbeat is None
+                else max(0, int((now - h.heartbeat).total_seconds())),
+                "reclaimable": h.dead(now),
+                "note": h.describe(now),
+            }
+            for h in holders
+        ],
+        "waiting": None
+        if waiting is None
+        else {
+            "events": waiting.rows,
+            "until": f"{waiting.until:%Y-%m-%dT%H:%M:%SZ}",
+            "reason": waiting.reason,
+        },
     }
 
 
@@ -192,6 +225,23 @@ def _tables(document: dict[str, Any]) -> None:
                     "redis" if w["shared_limit"] else "own bucket",
                 )
             console.print(table)
+        if crates.get("lease_holders"):
+            held = Table(title="leases held (who, how many, since when)", title_justify="left")
+            for column in ("worker", "leased events", "since (UTC)", "heartbeat", "state"):
+                held.add_column(column)
+            for h in crates["lease_holders"]:
+                ago = h["heartbeat_seconds_ago"]
+                held.add_row(
+                    escape(h["worker"]),
+                    str(h["leased_events"]),
+                    h["since"] or "",
+                    "no worker row" if ago is None else f"{ago} s ago",
+                    "dead: reclaimable now" if h["reclaimable"] else "live",
+                )
+            console.print(held)
+        if crates.get("waiting"):
+            w = crates["waiting"]
+            console.print(f"{w['events']} event(s) not attempted, waiting: {escape(w['reason'])}")
     pypi = document.get("pypi")
     if pypi is not None:
         rows = {f"LIST {r['processed']} {r['meaning']}": r["events"] for r in pypi["list"]}

@@ -96,6 +96,8 @@ def collect_settings(
         grace_period=s.grace_period,
         commit_batch=s.commit_batch,
         commit_linger=s.commit_linger,
+        heartbeat_interval=s.heartbeat_seconds,
+        claim_crates=s.claim_ahead,
     )
 
 

@@ -32,7 +32,7 @@ from stagecrawl.crates.lock import (
     register_lock,
     select_tags,
 )
-from stagecrawl.crates.queue import COLLECTED, NOT_FOUND, SKIPPED
+from stagecrawl.crates.queue import COLLECTED, NOT_FOUND, SKIPPED, event_list, seed_queue
 from stagecrawl.crates.refresh import RefreshReport, refresh
 from stagecrawl.crates.seeding import Seeder, SeedReport, add_seeds
 from stagecrawl.crates.worker import Collector, CollectSettings, CollectSummary
@@ -41,6 +41,7 @@ from stagecrawl.engine.progress import ProgressReporter
 from stagecrawl.engine.shutdown import GracefulStop, Interrupted
 from stagecrawl.engine.work import LoopSettings, LoopStats
 from stagecrawl.errors import ConfigError, InputError
+from stagecrawl.queue import Waiting
 from stagecrawl.settings import DEFAULTS, Settings, check_http_url
 from stagecrawl.storage.db import Database
 
@@ -57,6 +58,9 @@ class CollectReport:
     ai_warnings: int | None = None
     settings: dict[str, Any] = field(default_factory=dict)  # what the run's parts used
     loops: dict[str, LoopSettings] = field(default_factory=dict)  # the work loops that ran
+    # work not attempted that waits for a time still to come (a host's pause, our budget),
+    # on the LIST and the seed queue together, after the run
+    waiting: Waiting | None = None
 
     @property
     def interrupted(self) -> bool:
@@ -70,7 +74,18 @@ class CollectReport:
         collect = self.collect is not None and bool(
             self.collect.failed or self.collect.outcomes[NOT_FOUND] or self.collect.index_problems
         )
-        return seed or collect
+        return seed or collect or self.waiting is not None
+
+    @property
+    def waiting_line(self) -> str | None:
+        """One line when work waits for a pause: why (naming the source), until when, and
+        whether anything was sent at all."""
+        if self.waiting is None:
+            return None
+        w = self.waiting
+        sent = sum(self.requests.values())
+        what = "nothing sent" if sent == 0 else f"{w.rows} queued item(s) wait"
+        return f"{w.reason}; {what}; rerun after that"
 
     def as_json(self) -> dict[str, Any]:
         document: dict[str, Any] = {}
@@ -87,10 +102,17 @@ class CollectReport:
                 "failed": c.failed,
                 "failures": dict(sorted(c.failures.items())),
                 "index_problems": dict(sorted(c.index_problems.items())),
+                "waiting": dict(sorted(c.waiting.items())),
                 "lost_leases": c.lost_leases,
                 "released": c.released,
                 "interrupted": c.interrupted,
                 "wall_seconds": round(c.wall_seconds, 3),
+            }
+        if self.waiting is not None:
+            document["waiting"] = {
+                "items": self.waiting.rows,
+                "until": f"{self.waiting.until:%Y-%m-%dT%H:%M:%SZ}",
+                "reason": self.waiting.reason,
             }
         document["requests"] = dict(sorted(self.requests.items()))
         document["rate_limited"] = dict(sorted(self.rate_limited.items()))
@@ -99,6 +121,16 @@ class CollectReport:
         if self.settings:
             document["settings"] = self.settings
         return document
+
+
+def _waiting(db: Database) -> Waiting | None:
+    """What waits for a pause on the seed queue and the LIST (the latest time wins)."""
+    with db.reading() as conn:
+        found = [w for q in (seed_queue(db), event_list(db).queue) if (w := q.waiting(conn))]
+    if not found:
+        return None
+    latest = max(found, key=lambda w: w.until)
+    return Waiting(sum(w.rows for w in found), latest.until, latest.reason)
 
 
 def _traffic(report: CollectReport, client: CratesClient, ai: AiLicenseClient | None) -> None:
@@ -129,6 +161,7 @@ async def seed(
     seeder = Seeder(db, client, stop, concurrency, on_commit=on_commit, grace_period=grace_period)
     report = CollectReport(seed=await seeder.run(), loops={"seed": seeder.loop.settings})
     _traffic(report, client, None)
+    report.waiting = await asyncio.to_thread(_waiting, db)
     return report
 
 
@@ -193,6 +226,7 @@ async def collect(
     loops = {"seed": seeder.loop.settings, "collect": collector.loop.settings}
     report = CollectReport(seed=seed_report, collect=summary, loops=loops)
     _traffic(report, client, ai)
+    report.waiting = await asyncio.to_thread(_waiting, db)
     return report
 
 

@@ -16,9 +16,10 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, or_, select, update
+from sqlalchemy import Connection, bindparam, case, literal, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from stagecrawl.crates.client import CratesClient, IndexEntry, explain
@@ -40,7 +41,7 @@ from stagecrawl.crates.queue import (
 )
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.engine.work import LoopSettings, LoopStats, WorkLoop
-from stagecrawl.errors import FetchError, InputError, LimiterUnavailable, NotFound
+from stagecrawl.errors import FetchError, InputError, LimiterUnavailable, NotFound, RateLimited
 from stagecrawl.queue import Handler, QueueRun
 from stagecrawl.secrets import redact
 from stagecrawl.settings import DEFAULTS
@@ -56,6 +57,7 @@ class SeedResult:
     entry: IndexEntry | None
     state: int
     error: str | None = None
+    not_before: datetime | None = None  # not attempted (a host's pause): waits until then
 
 
 @dataclass
@@ -64,6 +66,7 @@ class SeedReport:
     crates: dict[str, int] = field(default_factory=dict)  # real name -> versions registered
     not_found: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)  # on the seed ladder, with the reason
+    waiting: dict[str, str] = field(default_factory=dict)  # not attempted (a pause): why
     gave_up: list[str] = field(default_factory=list)
     # crate -> its index file's unreadable lines, skipped (the readable ones are registered)
     index_problems: dict[str, list[str]] = field(default_factory=dict)
@@ -72,7 +75,9 @@ class SeedReport:
 
     @property
     def problems(self) -> bool:
-        return bool(self.not_found or self.failed or self.gave_up or self.index_problems)
+        return bool(
+            self.not_found or self.failed or self.gave_up or self.index_problems or self.waiting
+        )
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -84,6 +89,7 @@ class SeedReport:
             "not_found": sorted(self.not_found),
             "failed": dict(sorted(self.failed.items())),
             "gave_up": sorted(self.gave_up),
+            "waiting": dict(sorted(self.waiting.items())),
             "index_problems": dict(sorted(self.index_problems.items())),
             "interrupted": self.interrupted,
         }
@@ -129,7 +135,10 @@ def add_seeds(db: Database, names: Sequence[str], resync: bool = False) -> int:
                     NAME=bindparam("NAME"),
                     STATE=PENDING,
                     RESYNC=or_(table.c.RESYNC, bindparam("RESYNC")),
-                    LAST_ERROR=None,
+                    # a seed that waits for a host's pause keeps its reason (and its time)
+                    LAST_ERROR=case(
+                        (table.c.NOT_BEFORE > literal(now), table.c.LAST_ERROR), else_=None
+                    ),
                     LAST_UPDATED=now,
                 ),
                 again,
@@ -154,6 +163,8 @@ class SeedHandler(Handler[SeedResult]):
         self.registered = 0  # new LIST events, for a collector running alongside
 
     def outcomes(self, result: SeedResult) -> Sequence[Outcome]:
+        if result.not_before is not None:
+            return [Outcome.waits(result.seed, result.error or "", result.not_before)]
         versions = len(result.entry.versions) if result.entry else None
         return [Outcome(result.seed, result.state, result.error, (("VERSIONS", versions),))]
 
@@ -183,6 +194,8 @@ class SeedHandler(Handler[SeedResult]):
                 report.crates[r.entry.real_name] = len(r.entry.versions)
                 if r.entry.problems:
                     report.index_problems[r.entry.real_name] = r.entry.problem_lines()
+            elif r.not_before is not None:
+                report.waiting[r.seed.name] = r.error or ""
             elif r.state == NOT_FOUND:
                 report.not_found.append(r.seed.name)
             elif r.state == GAVE_UP:
@@ -242,6 +255,14 @@ class Seeder:
             return SeedResult(seed, None, NOT_FOUND, "not in the index")
         except LimiterUnavailable:
             raise  # ends the run; the names not asked stay queued for the next one
+        except RateLimited as exc:
+            # Not attempted (the index host asked for a pause longer than we may wait): the
+            # seed waits off the ladder, and this run asks nothing more.
+            reason = redact(exc.pause_text)
+            until = exc.until or utcnow()
+            self.queue.this_run.add(seed.group)
+            self.queue.hold(until, reason)
+            return SeedResult(seed, None, seed.state, reason, until)
         except Exception as exc:  # a fetch failure, a file without one readable line, a bug
             # (the loop's contract: a unit's failure is its result, never a unit handed out
             # again and again)

@@ -115,6 +115,9 @@ class CollectSummary:
     failures: dict[str, str] = field(default_factory=dict)  # crate -> last reason (this run)
     # crate -> its index file's unreadable lines ("line 3: not JSON: …"), skipped this run
     index_problems: dict[str, list[str]] = field(default_factory=dict)
+    # crate -> why it was not attempted (a host's pause): it waits, off the retry ladder
+    waiting: dict[str, str] = field(default_factory=dict)
+    waiting_events: int = 0
 
     @property
     def failed(self) -> int:
@@ -161,9 +164,13 @@ class CratesHandler(Handler[CrateResult]):
                 log.warning("lease lost for %s: another worker has it", result.group[0].name)
                 continue
             for done in result.write.outcomes:
+                if done.not_before is not None:
+                    summary.waiting_events += 1  # not attempted: neither done nor failed
+                    continue
                 summary.outcomes[done.state] += 1
             summary.yanked += sum(1 for v in result.write.versions if v["YANKED"])
-            summary.crates += 1
+            if any(done.not_before is None for done in result.write.outcomes):
+                summary.crates += 1
 
 
 def crates_queue(
@@ -173,10 +180,12 @@ def crates_queue(
     summary: CollectSummary,
     more_coming: Callable[[], bool] = lambda: False,
 ) -> QueueRun[CrateResult]:
-    """The LIST behind the work-loop contract, for one worker: claims read ahead one claim
-    transaction per `claim_batch` crates (twice what the loop holds) rather than one per
-    finished crate."""
-    claim_batch = 2 * (settings.concurrency + (settings.claim_crates or settings.concurrency))
+    """The LIST behind the work-loop contract, for one worker: one claim transaction per
+    `claim_crates` crates (the concurrency by default) rather than one per finished crate,
+    and no more read ahead than that: a worker holds at most its concurrency plus
+    `claim_crates` crates (and the finished ones waiting for their commit), so a worker that
+    dies leaves little to take back and never sits on most of the queue."""
+    claim_batch = settings.claim_crates or settings.concurrency
     return QueueRun(
         event_list(db).queue,
         CratesHandler(db, settings, summary),
@@ -337,10 +346,14 @@ class Collector:
                 [],
                 None,
             )
+        except RateLimited as exc:
+            return outcomes + self._waits(todo, exc), [], None
         except (FetchError, IndexFormatError) as exc:
             return outcomes + self._failures(todo, f"index: {explain(exc)}", exc), [], None
         try:
             api = await self.client.api(entry.real_name)
+        except RateLimited as exc:
+            return outcomes + self._waits(todo, exc), [], None
         except (FetchError, ValueError) as exc:
             return outcomes + self._failures(todo, f"api: {explain(exc)}", exc), [], None
         now = utcnow()
@@ -382,6 +395,17 @@ class Collector:
             outcomes.append(outcome(event, next_failure_state(event.state), error=reason))
         return outcomes
 
+    def _waits(self, events: list[Claimed], exc: RateLimited) -> list[Outcome]:
+        """Not attempted (the host asked for a pause longer than we may wait: its Retry-After,
+        or our backoff after 429s): the events stay on their rung, not on the retry ladder,
+        with the reason and the time they may go again, and the run claims nothing more."""
+        reason = redact(exc.pause_text)
+        until = exc.until or utcnow()
+        self.queue.this_run.add(events[0].group)
+        self.queue.hold(until, reason)
+        self.summary.waiting[events[0].name] = reason
+        return [Outcome.waits(e, reason, until) for e in events]
+
     def _failures(self, events: list[Claimed], reason: str, exc: Exception) -> list[Outcome]:
         kind = getattr(exc, "kind", "format")
         reason = redact(reason)  # stored and shown later, maybe where the secret is not known
@@ -389,6 +413,4 @@ class Collector:
         # before the write frees the events: no retry in this run
         self.queue.this_run.add(events[0].group)
         self.summary.failures[events[0].name] = reason[:300]
-        if isinstance(exc, RateLimited):
-            log.warning("rate limited: %s", exc)
         return [outcome(e, next_failure_state(e.state), error=reason[:2000]) for e in events]

@@ -31,6 +31,7 @@ import random
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin
@@ -283,9 +284,7 @@ class Fetcher:
             try:
                 final_url, status, response_headers, body = await self._follow(request, max_wait)
             except WaitTooLong as exc:
-                raise RateLimited(
-                    url=request.url, attempts=attempts, retry_after=exc.seconds
-                ) from None
+                raise self._rate_limited(request.url, attempts, exc.seconds, exc.source) from None
             except ValueError as exc:
                 # aiohttp refusing the request itself (e.g. credentials in the URL and a token):
                 # no retry will change that, and it must not escape as a bare ValueError.
@@ -323,12 +322,14 @@ class Fetcher:
                     if spent + retry_after > settings.max_retry_after:
                         # Never sleep a shortened time, never hammer: give up now, and keep
                         # the host paused so the other requests fail fast too.
-                        await self.limiter.pause(host, retry_after)
-                        raise RateLimited(url=final_url, attempts=attempts, retry_after=retry_after)
-                    await self.limiter.pause(host, retry_after)
+                        await self.limiter.pause(host, retry_after, WaitReason.RETRY_AFTER)
+                        raise self._rate_limited(
+                            final_url, attempts, retry_after, WaitReason.RETRY_AFTER
+                        )
+                    await self.limiter.pause(host, retry_after, WaitReason.RETRY_AFTER)
                 else:
                     await self.limiter.slow_down(lane)
-                    await self.limiter.pause(host, self.backoff(limited - 1))
+                    await self.limiter.pause(host, self.backoff(limited - 1), WaitReason.BACKOFF)
                 self.stats.retries[lane.name] += 1
                 continue
             failures += 1
@@ -338,7 +339,8 @@ class Fetcher:
                 )
             self.stats.retries[lane.name] += 1
             if retry_after is not None and retry_after <= settings.max_retry_after:
-                await self.limiter.pause(host, retry_after)  # a 503 that says when
+                # a 503 that says when
+                await self.limiter.pause(host, retry_after, WaitReason.RETRY_AFTER)
             else:
                 await wait_or_stop(clock, self.backoff(failures - 1), WaitReason.BACKOFF, self.stop)
 
@@ -375,10 +377,24 @@ class Fetcher:
         except aiohttp.ClientError as exc:
             raise TransientError(url=url, attempts=1, last_status=None, reason=str(exc)) from None
         except WaitTooLong as exc:
-            raise RateLimited(url=url, attempts=1, retry_after=exc.seconds) from None
+            raise self._rate_limited(url, 1, exc.seconds, exc.source) from None
         if size == 0:
             raise EmptyBody(url=url)
         return size
+
+    def _rate_limited(
+        self, url: str, attempts: int, seconds: float, source: WaitReason
+    ) -> RateLimited:
+        """A request that may not wait that long: when it may go again (wall clock, UTC) and
+        who holds it back, so its work waits instead of failing."""
+        until = datetime.fromtimestamp(self.clock.wall(), UTC) + timedelta(seconds=seconds)
+        return RateLimited(
+            url=url,
+            attempts=attempts,
+            retry_after=seconds,
+            source=str(source),
+            until=until.replace(tzinfo=None, microsecond=0) + timedelta(seconds=1),
+        )
 
     def _auth(self, lane: Lane, url: str) -> dict[str, str]:
         """The lane's token, only for URLs inside the lane (never another lane on the same

@@ -222,12 +222,15 @@ class Adaptive:
 
 class WaitReason(enum.StrEnum):
     """Why a request could not go yet. Ours (the lane's rate, a budget) is not the server's
-    (a 429 cooldown): logs and stop summaries say which, and a unit given back keeps it."""
+    (a 429 cooldown): logs and stop summaries say which, and a unit given back keeps it.
+    A host's cooldown also keeps who asked for it (`RETRY_AFTER`: the server; `BACKOFF`:
+    our backoff after a 429 that named no time): stored reasons and summaries name it."""
 
     LANE_RATE = "lane_rate"  # our own pacing: the lane's token bucket
     BUDGET = "budget"  # our own budget window (e.g. 600 requests per 10 minutes) is spent
     COOLDOWN = "cooldown"  # the host answered 429: its Retry-After, or our backoff after it
-    BACKOFF = "backoff"  # our retry backoff after a transient failure
+    BACKOFF = "backoff"  # our backoff: after a transient failure, or a 429 without a time
+    RETRY_AFTER = "retry_after"  # the source of a cooldown the server asked for (Retry-After)
     STOP = "stop"  # no wait: the stop came before the request was sent
 
     @property
@@ -239,7 +242,8 @@ _REASON_TEXT = {
     WaitReason.LANE_RATE: "our lane's rate",
     WaitReason.BUDGET: "our request budget",
     WaitReason.COOLDOWN: "the server's 429 cooldown",
-    WaitReason.BACKOFF: "a retry backoff",
+    WaitReason.BACKOFF: "our backoff",
+    WaitReason.RETRY_AFTER: "the server's Retry-After",
     WaitReason.STOP: "nothing (stopped before sending)",
 }
 
@@ -249,13 +253,21 @@ _LOG_EVERY = 60.0
 
 
 class WaitTooLong(Exception):
-    """The host's cooldown asks for a longer wait than the caller may spend."""
+    """The host's cooldown asks for a longer wait than the caller may spend; `source` says
+    who asked for the cooldown (RETRY_AFTER: the server, BACKOFF: our backoff)."""
 
-    def __init__(self, seconds: float, why: str, reason: WaitReason = WaitReason.COOLDOWN) -> None:
+    def __init__(
+        self,
+        seconds: float,
+        why: str,
+        reason: WaitReason = WaitReason.COOLDOWN,
+        source: WaitReason = WaitReason.RETRY_AFTER,
+    ) -> None:
         super().__init__(f"{why}: {seconds:.0f}s")
         self.seconds = seconds
         self.why = why
         self.reason = reason
+        self.source = source
 
 
 class WaitLog:
@@ -299,8 +311,11 @@ class Limiter(Protocol):
         they are bounded by their window). A stop request ends the wait with Unsent, and no
         token is taken after it."""
 
-    async def pause(self, origin: str, seconds: float) -> None:
-        """Put the whole host in cooldown for at least `seconds` from now."""
+    async def pause(
+        self, origin: str, seconds: float, source: WaitReason = WaitReason.RETRY_AFTER
+    ) -> None:
+        """Put the whole host in cooldown for at least `seconds` from now; `source` says who
+        asked (the server's Retry-After, or our backoff)."""
 
     async def slow_down(self, lane: Lane) -> float | None:
         """A 429 without Retry-After: halve the lane's rate; returns the new rate if changed."""
@@ -344,6 +359,7 @@ class LocalLimiter:
         self._lanes: dict[str, _LaneState] = {}
         self._cooldown_until: dict[str, float] = {}
         self._waits = WaitLog()
+        self._cooldown_source: dict[str, WaitReason] = {}
 
     def _state(self, lane: Lane) -> _LaneState:
         state = self._lanes.get(lane.name)
@@ -374,7 +390,8 @@ class LocalLimiter:
         state = self._state(lane)
         cooldown = self._cooldown_until.get(origin, float("-inf"))
         if cooldown > now:
-            return cooldown - now, WaitReason.COOLDOWN, f"{origin} is cooling down after a 429"
+            source = self._cooldown_source.get(origin, WaitReason.RETRY_AFTER)
+            return cooldown - now, WaitReason.COOLDOWN, f"{origin} paused by {source.text}"
         self._recover(lane, state, now)
         wait, reason, why = 0.0, WaitReason.LANE_RATE, f"{lane.name} lane rate"
         if state.rate is not None and lane.rate is not None:
@@ -422,14 +439,18 @@ class LocalLimiter:
                 and max_wait is not None
                 and (now - started) + wait > max_wait
             ):
-                raise WaitTooLong(wait, why)
+                source = self._cooldown_source.get(origin, WaitReason.RETRY_AFTER)
+                raise WaitTooLong(wait, why, reason, source)
             self._waits.note(lane, reason, why, wait, now)
             await wait_or_stop(clock, wait, reason, stop)
 
-    async def pause(self, origin: str, seconds: float) -> None:
+    async def pause(
+        self, origin: str, seconds: float, source: WaitReason = WaitReason.RETRY_AFTER
+    ) -> None:
         until = self._clock.monotonic() + seconds
         if until > self._cooldown_until.get(origin, float("-inf")):
             self._cooldown_until[origin] = until
+            self._cooldown_source[origin] = source
 
     async def slow_down(self, lane: Lane) -> float | None:
         state = self._state(lane)

@@ -125,14 +125,14 @@ return tostring(rate)
 """
 )
 
-# KEYS: host hash. ARGV: scale, seconds.
+# KEYS: host hash. ARGV: scale, seconds, who asked (a WaitReason: retry_after or backoff).
 _PAUSE = (
     _NOW
     + """
 local cool = tonumber(redis.call('HGET', KEYS[1], 'cool') or '-1e300')
 local until_ = now + tonumber(ARGV[2]) * 1000
 if until_ > cool then
-  redis.call('HSET', KEYS[1], 'cool', tostring(until_))
+  redis.call('HSET', KEYS[1], 'cool', tostring(until_), 'src', ARGV[3])
   redis.call('PEXPIRE', KEYS[1], math.ceil(tonumber(ARGV[2]) * 1000 / tonumber(ARGV[1])) + 3600000)
 end
 return '0'
@@ -278,7 +278,9 @@ class RedisLimiter:
             why = why.decode() if isinstance(why, bytes) else str(why)
             waited = self._clock.monotonic() - started
             if why == "cooldown" and max_wait is not None and waited + wait > max_wait:
-                raise WaitTooLong(wait, f"{origin} is cooling down after a 429")
+                source = await self._cooldown_source(origin)
+                why_text = f"{origin} paused by {source.text}"
+                raise WaitTooLong(wait, why_text, WaitReason.COOLDOWN, source)
             reason, detail = _REASONS.get(why, (WaitReason.LANE_RATE, "lane rate"))
             self._waits.note(lane, reason, f"{lane.name} {detail} (shared)", wait, started + waited)
             await wait_or_stop(self._clock, wait, reason, stop)
@@ -299,8 +301,24 @@ class RedisLimiter:
         self._note_change(lane, float(changed), slowed=True)
         return float(changed)
 
-    async def pause(self, origin: str, seconds: float) -> None:
-        await self._call(self._pause, [self._host_key(origin)], [repr(seconds)])
+    async def pause(
+        self, origin: str, seconds: float, source: WaitReason = WaitReason.RETRY_AFTER
+    ) -> None:
+        await self._call(self._pause, [self._host_key(origin)], [repr(seconds), str(source)])
+
+    async def _cooldown_source(self, origin: str) -> WaitReason:
+        """Who asked for the host's pause (read only when a wait is too long to take)."""
+        try:
+            value = await self._redis.hget(self._host_key(origin), "src")
+        except (OSError, aioredis.RedisError) as exc:
+            raise LimiterUnavailable(
+                f"lost the shared rate limit at {self.safe_url}: {_reason(exc)}"
+            ) from None
+        text = value.decode() if isinstance(value, bytes) else str(value or "")
+        try:
+            return WaitReason(text)
+        except ValueError:  # a pause stored by an older stagecrawl: it was a Retry-After
+            return WaitReason.RETRY_AFTER
 
     async def cooldown_remaining(self, origin: str) -> float:
         return float(await self._call(self._remaining, [self._host_key(origin)], [])) / 1000.0

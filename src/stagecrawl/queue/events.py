@@ -57,6 +57,8 @@ def list_spec(table: Table) -> QueueTable:
         requeue="RESYNC",
         name="NAME",
         version="VERSION",
+        not_before="NOT_BEFORE",
+        claimed_at="CLAIMED_AT",
     )
 
 
@@ -74,6 +76,7 @@ def seed_spec(table: Table) -> QueueTable:
         codes=LIST_CODES,
         requeue="RESYNC",
         name="NAME",
+        not_before="NOT_BEFORE",
     )
 
 

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Generic, TypeVar
 
 from sqlalchemy import Connection
@@ -27,13 +29,15 @@ from sqlalchemy import Connection
 from stagecrawl.errors import DatabaseUnavailable
 from stagecrawl.queue.ladder import ThisRun
 from stagecrawl.queue.sql import SqlQueue
-from stagecrawl.queue.table import Claimed, Outcome
-from stagecrawl.queue.workers import WorkerProgress, Workers
+from stagecrawl.queue.table import Claimed, Outcome, utcnow
+from stagecrawl.queue.workers import Holder, WorkerProgress, Workers, stale_after
 
 log = logging.getLogger("stagecrawl.queue")
 
 R = TypeVar("R")
 Unit = list[Claimed]
+# A worker that waits for another's leases says why at most this often (seconds).
+WAIT_LINE_EVERY = 30.0
 
 
 class Handler(Generic[R]):
@@ -91,6 +95,21 @@ class QueueRun(Generic[R]):
         self._after: str | None = None
         self._heartbeat: asyncio.Task[None] | None = None
         self._progress: Callable[[], WorkerProgress] = WorkerProgress
+        # Set when work could not be attempted (a host asked for a pause longer than we may
+        # wait): the run claims nothing more and ends once what it holds is done or given back.
+        self.held_until: datetime | None = None
+        self.held_because = ""
+        self._shared_limit = False
+        self._told_waiting = float("-inf")  # when the last "waiting: …" line was logged
+
+    def hold(self, until: datetime, reason: str) -> None:
+        """Claim nothing more in this run: nothing can be sent before `until`. What is
+        claimed already still goes through (it waits too, without a request)."""
+        if self.held_until is None:
+            # (the command says it once, in its summary line)
+            log.debug("%s: claiming nothing more in this run", reason)
+        if self.held_until is None or until > self.held_until:
+            self.held_until, self.held_because = until, reason
 
     # -- lifecycle --------------------------------------------------------------------------
     async def open(
@@ -102,12 +121,45 @@ class QueueRun(Generic[R]):
         if not self.leased:
             return
         self._progress = progress
-        live = None if self.queue.db.is_sqlite else self.workers.live_ids()
-        freed = await asyncio.to_thread(self.queue.release_stale, live)
+        self._shared_limit = shared_limit
+        if self.queue.db.is_sqlite:  # one writer, and this is it: every lease is a dead one's
+            freed = await asyncio.to_thread(self.queue.release_stale, None)
+        else:
+            freed = await asyncio.to_thread(self._take_back_dead)
+            # leases whose holder has no worker row at all (its row was cleared)
+            freed += await asyncio.to_thread(self.queue.release_stale, self.workers.ids())
         if freed:
             log.info("took back %d rows claimed by a worker that is gone", freed)
-        await asyncio.to_thread(self.workers.register, self.worker, shared_limit)
+        await asyncio.to_thread(
+            self.workers.register, self.worker, shared_limit, stale_after(self._interval)
+        )
         self._heartbeat = asyncio.create_task(self._beat_forever())
+
+    @property
+    def _interval(self) -> float:
+        # Beat well inside the lease, so a live worker never loses what it holds.
+        return min(self.settings.heartbeat_interval, self.settings.lease_seconds / 3)
+
+    def _take_back_dead(self) -> int:
+        """Free the leases of every worker silent longer than its own bound (a few of its
+        heartbeat intervals): run at start and on every heartbeat, so a dead worker's work
+        goes on within seconds, whoever notices first."""
+        with self.queue.db.reading() as conn:
+            dead = self.workers.dead(conn, utcnow())
+        freed = 0
+        for worker, heartbeat in dead:
+            if worker == self.worker:
+                continue
+            rows = self.workers.take_back(self.queue, worker, heartbeat)
+            if rows:
+                log.warning(
+                    "took back %d rows leased by worker %s (no heartbeat since %s UTC)",
+                    rows,
+                    worker,
+                    f"{heartbeat:%H:%M:%S}",
+                )
+            freed += rows
+        return freed
 
     async def close(self) -> None:
         """Every lease still held (read ahead and never handed out too) goes back now."""
@@ -126,12 +178,20 @@ class QueueRun(Generic[R]):
         await asyncio.to_thread(self.queue.db.transaction, work)
 
     def _beat(self) -> None:
-        self.workers.beat(self.worker, self._progress())
+        if not self.workers.beat(self.worker, self._progress()):
+            # Silent too long (a stalled machine): another worker took this one's leases
+            # back. What it finishes now is not written (the lease check); it goes on with
+            # new claims under a new row.
+            log.warning(
+                "this worker was silent longer than %d s: its leases were taken back",
+                stale_after(self._interval),
+            )
+            self.workers.register(self.worker, self._shared_limit, stale_after(self._interval))
         self.queue.renew(self.worker, self.settings.lease_seconds)
+        self._take_back_dead()
 
     async def _beat_forever(self) -> None:
-        # Beat well inside the lease, so a live worker never loses what it holds.
-        interval = min(self.settings.heartbeat_interval, self.settings.lease_seconds / 3)
+        interval = self._interval
         while True:
             await asyncio.sleep(interval)
             try:
@@ -143,6 +203,8 @@ class QueueRun(Generic[R]):
 
     # -- the work-loop contract -------------------------------------------------------------
     async def claim(self, limit: int) -> list[Unit]:
+        if self.held_until is not None:
+            return []
         if not self.leased:
             # The set to keep out is made here, on the loop's thread, where it changes.
             units = await asyncio.to_thread(self._peek, limit, self._kept_out())
@@ -223,16 +285,49 @@ class QueueRun(Generic[R]):
         return await asyncio.to_thread(self.queue.pending_count) == 0
 
     async def is_finished(self) -> bool:
+        if self.held_until is not None:
+            return True  # nothing can be sent before then: the rest waits for the next run
         if self.more_coming():
             return False  # another producer is still adding rows
         if not self.leased:
             return not self._held and await self.is_empty()
         if self.settings.limit is not None and self.claimed_rows >= self.settings.limit:
             return True
-        # Another worker holds unfinished rows: wait for it to write them, or for its lease
-        # to run out (it died) and take them over.
-        expiry = await asyncio.to_thread(self.queue.next_lease_expiry, self.this_run.snapshot())
-        return expiry is None
+        # Another worker holds unfinished rows: wait for it to write them, or take them back
+        # as soon as its heartbeat says it is dead (not when its lease runs out).
+        holders = await asyncio.to_thread(self._holders, self.this_run.snapshot())
+        if not holders:
+            return True
+        now = utcnow()
+        dead = [h for h in holders if h.worker != self.worker and h.dead(now)]
+        if dead:
+            await asyncio.to_thread(self._take_back, dead)
+            return False  # claimable now
+        self._say_why_waiting([h for h in holders if h.worker != self.worker], now)
+        return False
+
+    def _holders(self, exclude: list[str]) -> list[Holder]:
+        with self.queue.db.reading() as conn:
+            return self.workers.holders(conn, self.queue, exclude)
+
+    def _take_back(self, dead: Sequence[Holder]) -> None:
+        for holder in dead:
+            if holder.heartbeat is None:
+                rows = self.workers.take_back_orphan(self.queue, holder.worker)
+            else:
+                rows = self.workers.take_back(self.queue, holder.worker, holder.heartbeat)
+            if rows:
+                log.warning("took back %s", holder.describe(utcnow()).split(";")[0])
+
+    def _say_why_waiting(self, holders: Sequence[Holder], now: datetime) -> None:
+        """One line, now and then, on why a worker with nothing to claim does not end."""
+        if not holders:
+            return
+        moment = time.monotonic()
+        if moment - self._told_waiting < WAIT_LINE_EVERY:
+            return
+        self._told_waiting = moment
+        log.info("waiting: %s", "; ".join(h.describe(now) for h in holders[:3]))
 
 
 def _groups(rows: Sequence[Claimed]) -> list[Unit]:

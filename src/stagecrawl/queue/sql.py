@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Collection, Hashable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -23,6 +24,15 @@ from stagecrawl.storage.db import Database, in_values
 
 # Rows per `UPDATE … WHERE id IN (…)` (within every backend's bound on parameters).
 IN_CHUNK = 1000
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """Rows not attempted that wait for a time: how many, the latest time, and why."""
+
+    rows: int
+    until: datetime
+    reason: str
 
 
 class SqlQueue:
@@ -49,6 +59,9 @@ class SqlQueue:
     def _claimable(self, now: datetime, exclude: Collection[str]) -> ColumnElement[bool]:
         s = self.spec
         condition = self._wanted()
+        if s.not_before is not None:
+            not_before = self._c(s.not_before)
+            condition = and_(condition, or_(not_before.is_(None), not_before <= now))
         if s.leased:
             assert s.until is not None
             until = self._c(s.until)
@@ -95,7 +108,8 @@ class SqlQueue:
         that failed in this run, `ThisRun`) is read once the transaction has begun, and again
         after the rows are read: a failure written meanwhile keeps its group out."""
         s = self.spec
-        assert s.leased and s.holder and s.until, f"{self.table.name} has no lease columns"
+        assert s.holder and s.until, f"{self.table.name} has no lease columns"
+        holder, lease_end = s.holder, s.until
         now = utcnow()
         until = now + timedelta(seconds=lease_seconds)
 
@@ -107,10 +121,13 @@ class SqlQueue:
             if exclude:
                 rows = [r for r in rows if r[1] not in exclude]
             if rows:
+                values: dict[str, Any] = {holder: worker, lease_end: until}
+                if s.claimed_at:
+                    values[s.claimed_at] = now
                 conn.execute(
                     update(self.table)
                     .where(in_values(self._c(s.id), [r[0] for r in rows]))
-                    .values({s.holder: worker, s.until: until})
+                    .values(values)
                 )
             return rows
 
@@ -225,9 +242,17 @@ class SqlQueue:
         statement = (
             update(self.table)
             .where(in_values(self._c(s.id), list(ids)), self._c(s.holder) == literal(worker))
-            .values({s.holder: None, s.until: None})
+            .values(self._no_lease())
         )
         self.db.transaction(lambda conn: conn.execute(statement))
+
+    def _no_lease(self) -> dict[str, Any]:
+        s = self.spec
+        assert s.holder and s.until
+        values: dict[str, Any] = {s.holder: None, s.until: None}
+        if s.claimed_at:
+            values[s.claimed_at] = None
+        return values
 
     def release_held(self, conn: Connection, worker: str) -> None:
         """Every lease `worker` holds goes back (inside the caller's transaction)."""
@@ -236,8 +261,38 @@ class SqlQueue:
             conn.execute(
                 update(self.table)
                 .where(self._c(s.holder) == literal(worker))
-                .values({s.holder: None, s.until: None})
+                .values(self._no_lease())
             )
+
+    def release_worker(self, conn: Connection, worker: str) -> int:
+        """Free every lease `worker` holds (a dead worker's, inside the caller's transaction);
+        returns how many."""
+        s = self.spec
+        if not (s.holder and s.until):
+            return 0
+        statement = (
+            update(self.table).where(self._c(s.holder) == literal(worker)).values(self._no_lease())
+        )
+        return int(conn.execute(statement).rowcount or 0)
+
+    def holders(
+        self, conn: Connection, exclude: Collection[str] = ()
+    ) -> list[tuple[str, int, datetime | None]]:
+        """(holder, rows, oldest claim) of the live leases on unfinished rows."""
+        s = self.spec
+        if not (s.holder and s.until):
+            return []
+        holder = self._c(s.holder)
+        since = func.min(self._c(s.claimed_at)) if s.claimed_at else literal(None)
+        condition = and_(self._wanted(), holder.is_not(None), self._c(s.until) >= literal(utcnow()))
+        if exclude:
+            condition = and_(condition, self._c(s.group).not_in(_snapshot(exclude)))
+        rows = conn.execute(
+            select(holder, func.count(), since).where(condition).group_by(holder)
+        ).all()
+        return [
+            (str(h), int(n), first if isinstance(first, datetime) else None) for h, n, first in rows
+        ]
 
     def next_lease_expiry(self, exclude: Collection[str] | None = None) -> datetime | None:
         """When the earliest lease held on unfinished work runs out, if any. A worker that
@@ -263,7 +318,7 @@ class SqlQueue:
         condition: ColumnElement[bool] = holder.is_not(None)
         if live is not None:
             condition = and_(condition, holder.not_in(live))
-        statement = update(self.table).where(condition).values({s.holder: None, s.until: None})
+        statement = update(self.table).where(condition).values(self._no_lease())
         return self.db.transaction(lambda conn: int(conn.execute(statement).rowcount or 0))
 
     # -- finishing --------------------------------------------------------------------------
@@ -323,15 +378,17 @@ class SqlQueue:
         failing = self.codes.failing
         same: dict[tuple[Any, ...], list[Hashable]] = defaultdict(list)
         for o in outcomes:
-            requeue = o.event.requeue and o.state in failing
-            same[(o.state, o.error, requeue, o.values)].append(o.event.id)
-        for (state, error, requeue, extra), same_ids in same.items():
+            # A requeue stays asked while the row fails, or waits without an attempt.
+            requeue = o.event.requeue and (o.state in failing or o.not_before is not None)
+            same[(o.state, o.error, requeue, o.values, o.not_before)].append(o.event.id)
+        for (state, error, requeue, extra, not_before), same_ids in same.items():
             values: dict[str, Any] = {s.state: state, s.reason: error, s.updated: now}
             if s.requeue:
                 values[s.requeue] = requeue
+            if s.not_before:
+                values[s.not_before] = not_before  # cleared by any other outcome
             if s.holder and s.until:
-                values[s.holder] = None
-                values[s.until] = None
+                values.update(self._no_lease())
             values.update(extra)
             for start in range(0, len(same_ids), IN_CHUNK):
                 conn.execute(
@@ -345,6 +402,23 @@ class SqlQueue:
         """Rows claimable now or later (held ones included)."""
         query = select(func.count()).where(self._wanted())
         return int(self.db.read(lambda conn: conn.execute(query).scalar_one()))  # redone if lost
+
+    def waiting(self, conn: Connection) -> Waiting | None:
+        """Rows that were not attempted and wait for a time still to come (a host's pause,
+        our budget): how many, until when, and the reason stored with the latest."""
+        s = self.spec
+        if not s.not_before:
+            return None
+        not_before = self._c(s.not_before)
+        condition = and_(self._wanted(), not_before > literal(utcnow()))
+        query = select(func.count(), func.max(not_before)).where(condition)
+        rows, until = conn.execute(query).one()
+        if not rows or not isinstance(until, datetime):
+            return None
+        reason = conn.execute(
+            select(self._c(s.reason)).where(condition, not_before == literal(until)).limit(1)
+        ).scalar()
+        return Waiting(int(rows), until, str(reason or "waiting"))
 
     def by_state(self, conn: Connection) -> list[tuple[int, int]]:
         """(state, rows) for every state present."""

@@ -30,7 +30,12 @@ class QueueTable:
       (its claims are reads; two processes may both take a row, so its work must be idempotent);
     - `requeue`: a boolean that makes a finished row claimable again and clears itself when
       it is done (LIST's RESYNC), or None;
-    - `name`, `version`: extra columns handed out with each claimed row, or None."""
+    - `name`, `version`: extra columns handed out with each claimed row, or None;
+    - `not_before`: when a row that could not be attempted (a host's pause, our budget) may
+      go again: claims skip it until then, and its state stays where it was (no rung), or
+      None;
+    - `claimed_at`: when the lease was taken (for `status`: who holds what since when), or
+      None."""
 
     table: Table
     id: str
@@ -44,6 +49,8 @@ class QueueTable:
     requeue: str | None = None
     name: str | None = None
     version: str | None = None
+    not_before: str | None = None
+    claimed_at: str | None = None
 
     @property
     def leased(self) -> bool:
@@ -66,9 +73,19 @@ class Claimed:
 @dataclass
 class Outcome:
     """What became of one claimed row: its new state, the reason (a failure), and other
-    columns of the row to set with it (e.g. LIST's YANKED)."""
+    columns of the row to set with it (e.g. LIST's YANKED).
+
+    `not_before`: the row was not attempted (the host asked for a pause, our budget is
+    spent): it keeps its state (see `waits`), `error` says why and names the source, and it
+    is not claimed before that time."""
 
     event: Claimed
     state: int
     error: str | None = None
     values: tuple[tuple[str, Any], ...] = ()
+    not_before: datetime | None = None
+
+    @classmethod
+    def waits(cls, event: Claimed, reason: str, until: datetime) -> Outcome:
+        """Not attempted: the row stays on its rung, with the reason and when it may go."""
+        return cls(event, event.state, reason, (), until)

@@ -126,6 +126,10 @@ def registry_tables(
         Column("LAST_ERROR", Text),
         Column("CLAIMED_BY", String(128)),
         Column("CLAIMED_UNTIL", DateTime),
+        # added by stagecrawl (nullable): when the lease was taken; when an event that could
+        # not be attempted (a host's pause, our budget) may go again
+        Column("CLAIMED_AT", DateTime),
+        Column("NOT_BEFORE", DateTime),
         Column("TIMESTAMP", DateTime, nullable=False),
         Column("LAST_UPDATED", DateTime, nullable=False),
         Index(f"IX_{code}_LIST_CRATE_NAME", "CRATE_NAME"),
@@ -193,6 +197,7 @@ def registry_tables(
         Column("RESYNC", Boolean, nullable=False, default=False),
         Column("VERSIONS", Integer),
         Column("LAST_ERROR", Text),
+        Column("NOT_BEFORE", DateTime),  # not attempted (a host's pause): not before then
         Column("LAST_UPDATED", DateTime, nullable=False),
         **mysql_kw,
     )
@@ -321,6 +326,9 @@ def build_metadata(ci: str | None, mysql_kw: dict[str, Any]) -> MetaData:
         Column("CRATES_DONE", Integer, nullable=False, default=0),
         Column("REQUESTS", Integer, nullable=False, default=0),
         Column("SHARED_LIMIT", Boolean, nullable=False, default=False),
+        # seconds after its last heartbeat that this worker counts as dead (a few of its
+        # heartbeat intervals): any live worker then takes its leases back
+        Column("STALE_AFTER", Integer),
         **mysql_kw,
     )
     return metadata
