@@ -122,27 +122,20 @@ async def test_two_redis_limiters_share_one_bucket_and_one_cooldown(origin: Test
         await fetcher.aclose()
 
 
-def _collected(db_url: str) -> int:
-    """Events collected so far (PROCESSED = 1)."""
-    db = Database(db_url)
+def _progress(
+    db: Database, workers: list[subprocess.Popen[str]]
+) -> tuple[int, list[subprocess.Popen[str]]]:
+    """Events collected so far (PROCESSED = 1), and the running workers that hold leases
+    (CLAIMED_BY is host:pid:tag), in one read."""
     with db.reading() as conn:
-        count = conn.execute(
+        collected = conn.execute(
             select(func.count()).where(db.list.c.PROCESSED == COLLECTED)
         ).scalar_one()
-    db.dispose()
-    return int(count)
-
-
-def _holders(db_url: str, workers: list[subprocess.Popen[str]]) -> list[subprocess.Popen[str]]:
-    """The running workers that hold leases (CLAIMED_BY is host:pid:tag)."""
-    db = Database(db_url)
-    with db.engine.connect() as conn:
         owners = conn.execute(
             select(db.list.c.CLAIMED_BY).where(db.list.c.CLAIMED_BY.is_not(None)).distinct()
         ).scalars()
         pids = {int(owner.split(":")[1]) for owner in owners}
-    db.dispose()
-    return [w for w in workers if w.pid in pids and w.poll() is None]
+    return int(collected), [w for w in workers if w.pid in pids and w.poll() is None]
 
 
 @pytest.mark.parametrize("db_url", [MARIADB_URL, POSTGRES_URL], ids=["mariadb", "postgresql"])
@@ -177,16 +170,18 @@ def test_four_workers_one_killed_share_the_queue_and_the_limit(
     # The victim is a live worker that holds leases now (which one claimed first varies).
     holding: list[subprocess.Popen[str]] = []
 
-    def someone_holds_leases() -> bool:
-        holding[:] = _holders(db_url, workers)
-        return bool(holding)
+    probe = Database(db_url, create=False)  # opened once: polls stay quick under load
 
-    wait_for(lambda: _collected(db_url) > 0)  # rows are written …
-    wait_for(someone_holds_leases)  # … and a live worker holds some of the rest
+    def written_and_held() -> bool:
+        collected, holding[:] = _progress(probe, workers)
+        return collected > 0 and bool(holding)
+
+    wait_for(written_and_held)  # rows are written, and a live worker holds some of the rest
     victim = holding[0]
     victim.send_signal(signal.SIGKILL)  # dies holding leases
     victim.wait(30)
-    assert 0 < _collected(db_url) < len(CRATES) * 3  # the kill landed mid-run
+    assert 0 < _progress(probe, workers)[0] < len(CRATES) * 3  # the kill landed mid-run
+    probe.dispose()
     codes = {w.pid: w.wait(180) for w in workers}
     assert codes.pop(victim.pid) == -signal.SIGKILL
     assert list(codes.values()) == [0, 0, 0], [w.stderr.read() for w in workers if w != victim]
