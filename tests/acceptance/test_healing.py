@@ -261,9 +261,10 @@ def test_a_worker_that_waits_for_a_dead_ones_leases_says_why_then_takes_them(
         env = {"STAGECRAWL_HEARTBEAT_SECONDS": str(HEARTBEAT)}
         common = ["--db", db_url, *urls, "--api-rate", "50", "--lease-seconds", str(LEASE),
                   "--concurrency", "4"]  # fmt: skip
-        # The first beats every 3 s: it looks alive for 10 s after its last heartbeat,
-        # longer than the second takes to start.
-        first = spawn("crates", "collect", *common, env={"STAGECRAWL_HEARTBEAT_SECONDS": "3"})
+        # The first beats every 6 s: it looks alive for 19 s after its last heartbeat, longer
+        # than the second takes to start even on a loaded machine (with 3 s, a start slower
+        # than 10 s found it dead already and took its leases without waiting).
+        first = spawn("crates", "collect", *common, env={"STAGECRAWL_HEARTBEAT_SECONDS": "6"})
         try:
             wait_for(lambda: sum(1 for _p, c in _events(db_url) if c) == len(names) * 3)
             first.send_signal(signal.SIGKILL)
