@@ -33,8 +33,10 @@ from stagecrawl.cli.common import (
     console,
     emit,
     exit_code,
+    finish,
     guarded,
     progress,
+    report_console,
     run,
     settings_from,
     show,
@@ -558,12 +560,12 @@ def licenses_check(
 
         def tables() -> None:
             for v in result.violations:
-                console.print(
+                report_console().print(
                     f"{v.package}\t{v.version}\t{v.expression or v.license or ''}\t{v.reason}",
                     highlight=False,
                     markup=False,
                 )
-            console.print(
+            report_console().print(
                 f"{result.rows} versions checked, {len(result.violations)} not accepted",
                 highlight=False,
             )
@@ -571,7 +573,7 @@ def licenses_check(
         emit(fmt, document, tables)
         return EXIT_PARTIAL if result.violations else EXIT_OK
 
-    raise typer.Exit(guarded(body))
+    raise finish(guarded(body))
 
 
 @app.command("refresh")
