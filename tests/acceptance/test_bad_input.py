@@ -289,7 +289,7 @@ def test_seeds_the_index_refused_wait_on_the_seed_ladder(mirror: Mirror, tmp_pat
     assert [(s["crate"], s["state"]) for s in ladder] == [("serde", 30), ("tokio", 30)]
     assert all("cannot reach 127.0.0.1:9" in s["reason"] for s in ladder)
     table = stagecrawl("status", "--db", url)
-    assert "seed ladder: serde" in table.stderr and "seed ladder: tokio" in table.stderr
+    assert "seed ladder: serde" in table.stdout and "seed ladder: tokio" in table.stdout
     again = stagecrawl("crates", "collect", "--db", url, *mirror.urls())  # no names: the ladder
     assert again.returncode == 0, again.stderr
     versions = {(v["NAME"], v["VERSION"]) for v in dump(url)["TB_COMP_LIB_VERSION_RUST"]}

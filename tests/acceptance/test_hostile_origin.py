@@ -44,7 +44,7 @@ def test_429_storm_with_retry_after_is_waited_out(mirror: Mirror, tmp_path: Path
     for refused in refusals:
         later = [r for r in log if refused.time < r.time < refused.time + 1.9]
         assert all(r.status == 429 for r in later)  # only refusals already in flight
-    assert "429s seen" in done.stderr and {e["PROCESSED"] for e in events(url).values()} == {1}
+    assert "429s seen" in done.stdout and {e["PROCESSED"] for e in events(url).values()} == {1}
 
 
 def test_429_without_retry_after_backs_off(mirror: Mirror, tmp_path: Path) -> None:

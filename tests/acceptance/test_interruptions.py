@@ -56,8 +56,9 @@ def test_sigint_exits_130_with_a_summary_and_a_rerun_finishes(
     process.send_signal(signal.SIGINT)
     code = process.wait(60)
     stderr = process.stderr.read() if process.stderr else ""
+    stdout = process.stdout.read() if process.stdout else ""
     assert code == 130, stderr
-    assert "collect" in stderr and "returned to the queue" in stderr
+    assert "collect" in stdout and "returned to the queue" in stdout  # the report: stdout
     partial = dump(url)["TB_COMP_LIB_RUST_LIST"]
     assert 0 < sum(e["PROCESSED"] == 1 for e in partial) < len(partial)
     rerun = stagecrawl("crates", "collect", "--db", url, *mirror.urls(), "--api-rate", "50")

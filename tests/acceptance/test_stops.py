@@ -34,6 +34,7 @@ class Stopped(NamedTuple):
     took: float  # seconds from the signal to the exit
     stderr: str
     sent: float  # time.monotonic() when the signal was sent (the origins log on that clock)
+    stdout: str  # the report
 
 
 def stop_when(
@@ -50,7 +51,8 @@ def stop_when(
     process.send_signal(sig)
     code = process.wait(60)
     took = time.monotonic() - sent
-    return Stopped(code, took, process.stderr.read() if process.stderr else "", sent)
+    stderr = process.stderr.read() if process.stderr else ""
+    return Stopped(code, took, stderr, sent, process.stdout.read() if process.stdout else "")
 
 
 def exit_code(sig: signal.Signals) -> int:
@@ -71,10 +73,10 @@ def test_seed_stops_with_a_summary(mirror: Mirror, tmp_path: Path, sig: signal.S
     mirror.index.rule("/*", stall=30)
     url = f"sqlite:///{tmp_path / 'seed.db'}"
     process = spawn("crates", "seed", *NAMES, "--db", url, *mirror.urls(), env=ENV)
-    code, took, stderr, _ = stop_when(process, lambda: bool(mirror.index.log), sig)
+    code, took, stderr, _, stdout = stop_when(process, lambda: bool(mirror.index.log), sig)
     assert code == (130 if sig == signal.SIGINT else 143), stderr
     assert took < BOUND, took
-    assert "seed traffic" in stderr and "Traceback" not in stderr
+    assert "seed traffic" in stdout and "Traceback" not in stderr
 
 
 def test_collect_stops_and_gives_back_every_lease(mirror: Mirror, tmp_path: Path) -> None:
@@ -82,10 +84,10 @@ def test_collect_stops_and_gives_back_every_lease(mirror: Mirror, tmp_path: Path
     assert stagecrawl("crates", "seed", *NAMES, "--db", url, *mirror.urls()).returncode == 0
     mirror.api.rule("/api/*", stall=30)
     process = spawn("crates", "collect", "--db", url, *mirror.urls(), env=ENV)
-    code, took, stderr, _ = stop_when(process, lambda: bool(mirror.api.log), signal.SIGTERM)
+    code, took, stderr, _, stdout = stop_when(process, lambda: bool(mirror.api.log), signal.SIGTERM)
     assert code == 143, stderr
     assert took < BOUND, took
-    assert "returned to the queue" in stderr
+    assert "returned to the queue" in stdout
     assert held_leases(url) == []  # not held for the lease's 15 minutes
 
 
@@ -102,7 +104,7 @@ def test_lock_stops(mirror: Mirror, tmp_path: Path) -> None:
     mirror.index.rule("/*", stall=30)
     url = f"sqlite:///{tmp_path / 'lock.db'}"
     process = spawn("crates", "lock", "--lockfile", str(lock), "--db", url, *mirror.urls(), env=ENV)
-    code, took, stderr, _ = stop_when(process, lambda: bool(mirror.index.log), signal.SIGINT)
+    code, took, stderr, *_ = stop_when(process, lambda: bool(mirror.index.log), signal.SIGINT)
     assert code == 130, stderr
     assert took < BOUND, took
 
@@ -114,10 +116,10 @@ def test_refresh_stops(mirror: Mirror, tmp_path: Path) -> None:
     mirror.index.rule("/*", stall=30)
     seen = len(mirror.index.log)
     process = spawn("crates", "refresh", "--db", url, *mirror.urls(), env=ENV)
-    code, took, stderr, _ = stop_when(process, lambda: len(mirror.index.log) > seen, signal.SIGINT)
-    assert code == 130, stderr
-    assert took < BOUND, took
-    assert "not checked (interrupted)" in stderr
+    stopped = stop_when(process, lambda: len(mirror.index.log) > seen, signal.SIGINT)
+    assert stopped.code == 130, stopped.stderr
+    assert stopped.took < BOUND, stopped.took
+    assert "not checked (interrupted)" in stopped.stdout
 
 
 @pytest.mark.parametrize("command", ["vulns", "dbdump"])
@@ -125,7 +127,7 @@ def test_downloads_stop(origin: TestOrigin, tmp_path: Path, command: str) -> Non
     origin.rule("/big", trickle=0.05, body=b"x" * 100_000)
     url = f"sqlite:///{tmp_path / 'dl.db'}"
     process = spawn("crates", command, "--source", origin.url + "/big", "--db", url, env=ENV)
-    code, took, stderr, _ = stop_when(process, lambda: bool(origin.log), signal.SIGTERM)
+    code, took, stderr, *_ = stop_when(process, lambda: bool(origin.log), signal.SIGTERM)
     assert code == 143, stderr
     assert took < BOUND, took
     assert "Traceback" not in stderr
@@ -144,10 +146,10 @@ def test_aircraft_stops_with_a_summary(origin: TestOrigin, tmp_path: Path) -> No
         origin.url + "/w/api.php",
         env=ENV,
     )
-    code, took, stderr, _ = stop_when(process, lambda: bool(origin.log), signal.SIGINT)
+    code, took, stderr, _, stdout = stop_when(process, lambda: bool(origin.log), signal.SIGINT)
     assert code == 130, stderr
     assert took < BOUND, took
-    assert "returned to the frontier" in stderr
+    assert "returned to the frontier" in stdout
 
 
 def test_a_retry_after_beyond_the_maximum_fails_fast_and_stops_fast(
@@ -208,7 +210,7 @@ def test_collecting_at_a_tenth_of_a_request_a_second_stops_at_once(
     assert stopped.took < BOUND, stopped.took  # not the grace period: nothing was on the wire
     assert sent_after(mirror.api, stopped.sent) == []
     assert sent_after(mirror.index, stopped.sent) == []
-    assert "returned to the queue" in stopped.stderr and "Traceback" not in stopped.stderr
+    assert "returned to the queue" in stopped.stdout and "Traceback" not in stopped.stderr
     assert held_leases(url) == []
     assert max(collected(url)) < 30  # given back, not failed: no crate is on the ladder
     again = stagecrawl(*args, env=ENV)
@@ -320,7 +322,7 @@ def test_aircraft_waiting_for_its_lane_stops_at_once(
     assert stopped.code == exit_code(sig), stopped.stderr
     assert stopped.took < BOUND, stopped.took
     assert sent_after(origin, stopped.sent) == []
-    assert "returned to the frontier" in stopped.stderr and "Traceback" not in stopped.stderr
+    assert "returned to the frontier" in stopped.stdout and "Traceback" not in stopped.stderr
     again = stagecrawl(*args, "--sparql-rate", "50", "--entities-rate", "50", env=ENV)
     assert again.returncode == 0, again.stderr  # (the same run, only faster)
     assert (out / "specs.json").exists()

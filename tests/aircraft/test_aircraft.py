@@ -142,7 +142,7 @@ def test_a_failed_request_is_retried_by_the_plain_rerun(origin: TestOrigin, tmp_
     args = ["aircraft", "crawl", "--out", str(out), *urls(origin), "--batch", "2"]
     first = stagecrawl(*args, env={"STAGECRAWL_RETRIES": "0"})
     assert first.returncode == 1, first.stderr  # something is left on the retry ladder
-    assert "on the retry ladder (next run)" in first.stderr and "status 500" in first.stderr
+    assert "on the retry ladder (next run)" in first.stdout and "status 500" in first.stdout
     assert load(out, "specs") == {}
     status = stagecrawl("status", "--aircraft", str(out), "--format", "json")
     ladder = json.loads(status.stdout)["aircraft"]["passes"]["specs"]["ladder"]
@@ -152,4 +152,4 @@ def test_a_failed_request_is_retried_by_the_plain_rerun(origin: TestOrigin, tmp_
     again = stagecrawl(*args)  # the same command, nothing else
     assert again.returncode == 0, again.stderr
     assert set(load(out, "specs")) == set(load(out, "models"))
-    assert "retried from the ladder" in again.stderr
+    assert "retried from the ladder" in again.stdout

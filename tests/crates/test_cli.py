@@ -19,13 +19,46 @@ def test_crawl_then_status(registry: Registry, tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'out.db'}"
     done = stagecrawl("crates", "crawl", "cc", "serde-json", "--db", db, *urls(registry))
     assert done.returncode == 0, done.stderr
-    assert "collected" in done.stderr and "429s seen" in done.stderr
+    assert "collected" in done.stdout and "429s seen" in done.stdout  # the report: stdout
     status = stagecrawl("status", "--db", db)
     assert status.returncode == 0
     expected = len(INDEX["cc"]) + len(INDEX["serde_json"])
-    version_line = next(line for line in status.stderr.splitlines() if "VERSION rows" in line)
+    version_line = next(line for line in status.stdout.splitlines() if "VERSION rows" in line)
     assert version_line.split()[-2] == str(expected)
-    assert "collected" in status.stderr
+    assert "collected" in status.stdout
+
+
+def test_reports_go_to_stdout_whole_in_a_pipe_and_quiet_on_success(
+    registry: Registry, tmp_path: Path
+) -> None:
+    """`crates crawl … > out.txt`, `status | less`: the report is on stdout, each line whole
+    however long (off a terminal Rich would cut it at 80 columns), none of it on stderr; -q
+    prints no report when the command succeeds, and still does when it fails."""
+    folder = tmp_path / ("a-long-folder-name-" * 5)
+    folder.mkdir()
+    db = f"sqlite:///{folder / 'out.db'}"
+    no_width = {"COLUMNS": ""}  # as in a pipe: no terminal width to go by
+    ghosts = [f"ghost-{i}-" + "x" * 50 for i in range(3)]  # not in the index: one long cell
+    done = stagecrawl("crates", "crawl", "cc", *ghosts, "--db", db, *urls(registry), env=no_width)
+    assert done.returncode == 1, done.stderr  # the ghosts are not in the index
+    assert "collected" in done.stdout and "429s seen" in done.stdout
+    [row] = [line for line in done.stdout.splitlines() if "not in the index" in line]
+    assert ", ".join(ghosts) in row and len(row) > 200
+    assert "429s seen" not in done.stderr and "not in the index" not in done.stderr
+
+    status = stagecrawl("status", "--db", db, env=no_width)
+    assert status.returncode == 0, status.stderr
+    assert f"LIST in {db}" in status.stdout.splitlines()  # the title whole, on its own line
+    assert "VERSION rows" in status.stdout and "no live workers" in status.stdout
+    assert "VERSION rows" not in status.stderr and "LIST in" not in status.stderr
+
+    for command in (["status"], ["crates", "crawl", "cc", *urls(registry)]):
+        quiet = stagecrawl("-q", *command, "--db", db, env=no_width)
+        assert quiet.returncode == 0, quiet.stderr
+        assert quiet.stdout == "", command
+    failed = stagecrawl("-q", "crates", "seed", ghosts[0], "--db", db, *urls(registry))
+    assert failed.returncode == 1
+    assert ghosts[0] in failed.stdout  # a failed command still reports
 
 
 def test_seed_file_and_env_and_not_found_exit_1(registry: Registry, tmp_path: Path) -> None:
@@ -43,7 +76,7 @@ def test_seed_file_and_env_and_not_found_exit_1(registry: Registry, tmp_path: Pa
         env={"STAGECRAWL_SEED_CRATES": "syn"},
     )
     assert done.returncode == 1  # ghost is not in the index; the others are registered
-    assert "ghost" in done.stderr
+    assert "not in the index" in done.stdout and "ghost" in done.stdout
     collect = stagecrawl("crates", "collect", "--db", db, *urls(registry))
     assert collect.returncode == 0, collect.stderr
 

@@ -214,4 +214,4 @@ def test_sqlite_refuses_a_second_worker_and_status_lists_the_first(
     assert second.returncode == 2
     lines = [line for line in second.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "SQLite takes one writer" in lines[0]
-    assert "live workers" in status.stderr and "own bucket" in status.stderr
+    assert "live workers" in status.stdout and "own bucket" in status.stdout

@@ -87,6 +87,13 @@ def test_cli_audit_formats_and_exit_codes(advisories_db: str, tmp_path: Path) ->
     assert done.returncode == 1, done.stderr  # poetry's 2022 lock has known vulnerabilities
     document = json.loads(done.stdout)
     assert document["vulnerabilities"] > 0 and document["hits"][0]["project"]
+    table = stagecrawl("pypi", "audit", "--lockfile", str(lock), "--db", advisories_db)
+    assert table.returncode == 1  # the table is the report: on stdout, one hit a line
+    hit = document["hits"][0]
+    assert f"{hit['project']}\t{hit['version']}\t{hit['id']}" in table.stdout, table.stdout
+    assert "vulnerabilities," in table.stdout and "vulnerabilities," not in table.stderr
+    quiet = stagecrawl("-q", "pypi", "audit", "six==1.16.0", "--db", advisories_db)
+    assert quiet.returncode == 0 and quiet.stdout == ""  # -q: nothing when it passes
     sarif = stagecrawl(
         "pypi", "audit", "--lockfile", str(lock), "--db", advisories_db, "--format", "sarif"
     )

@@ -96,7 +96,12 @@ def _version(value: bool) -> None:
 @app.callback()
 def main_options(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Warnings and errors only.")] = False,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "--quiet", "-q", help="Warnings and errors only; no report table when all went well."
+        ),
+    ] = False,
     version: Annotated[
         bool,
         typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),

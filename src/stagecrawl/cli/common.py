@@ -1,8 +1,10 @@
 """What every command shares: options from the settings table, output, errors, exit codes.
 
-Output contract: with `--format json` a command prints exactly one JSON document on stdout;
-progress, logs, summaries and errors go to stderr. An error is always one line on stderr,
-secrets masked, with the exit code below (docs/operations.md):
+Output contract: a command's report goes to stdout whatever its format (exactly one JSON
+document with `--format json`; tables for people otherwise, whole lines when stdout is not a
+terminal; `-q` prints no table when the command succeeds); progress, logs, warnings and errors
+go to stderr. An error is always one line on stderr, secrets masked, with the exit code below
+(docs/operations.md):
 
     0 ok · 1 some work failed or is left on a retry ladder · 2 bad input or configuration ·
     130 interrupted by SIGINT · 143 stopped by SIGTERM
@@ -11,8 +13,10 @@ secrets masked, with the exit code below (docs/operations.md):
 from __future__ import annotations
 
 import gc
+import io
 import json
 import logging
+import shutil
 import sys
 import traceback
 from collections.abc import Callable, Coroutine, Mapping
@@ -23,6 +27,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TextIO, TypeVar, cas
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.text import Text
 
 from stagecrawl.errors import (
     ConfigError,
@@ -36,16 +41,24 @@ from stagecrawl.settings import BY_NAME, DEFAULTS, Settings
 
 if TYPE_CHECKING:  # imported where used: `--help` and `status` must not pay for asyncio, the
     # engine or a database driver (issue 20's start-up budget; bench/startup.py measures it)
+    from rich.table import Table
+
     from stagecrawl.engine.progress import ProgressReporter
     from stagecrawl.engine.shutdown import GracefulStop
 
 T = TypeVar("T")
 EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
 
-# Progress, logs, summaries, errors; every secret the run was given is masked on the way out,
+# Progress, logs, warnings, errors; every secret the run was given is masked on the way out,
 # whatever printed it (a table cell quoting a driver's error included).
 console = Console(file=cast(TextIO, RedactingStream(sys.stderr)))
 state: dict[str, Any] = {"quiet": False, "verbose": False}
+
+# Off a terminal (a pipe, a file) Rich draws to 80 columns and cuts what does not fit; a report
+# there is drawn this wide instead, so every line is whole (a table is as wide as its content).
+REPORT_WIDTH = 100_000
+_report: Console | None = None  # the report's console while `emit` draws its tables
+_held: list[str] = []  # a quiet command's report: printed only if the command fails
 
 
 class Format(StrEnum):
@@ -93,7 +106,9 @@ SparqlRate = Annotated[float | None, _opt("sparql_rate")]
 EntitiesRate = Annotated[float | None, _opt("entities_rate")]
 FormatOption = Annotated[
     Format,
-    typer.Option("--format", help="table: for people (stderr); json: one document (stdout)."),
+    typer.Option(
+        "--format", help="The report on stdout: table (for people) or json (one document)."
+    ),
 ]
 
 
@@ -196,7 +211,12 @@ def run(
                 return stop.exit_code
         return stop.exit_code if stop.requested else code
 
-    code = guarded(lambda: asyncio.run(main()))
+    try:
+        code = guarded(lambda: asyncio.run(main()))
+    except typer.Exit as stopped:
+        release_report(stopped.exit_code)
+        raise
+    release_report(code)
     # The process ends here: spare it the interpreter's last collection of every object (it
     # took seconds on a busy machine, between a stop's summary and the exit).
     gc.freeze()
@@ -210,19 +230,73 @@ def progress(title: str, fmt: Format = Format.table) -> ProgressReporter:
 
 
 def emit(fmt: Format, document: Mapping[str, Any], tables: Callable[[], None]) -> None:
-    """The command's result: one JSON document on stdout, or tables for people on stderr."""
+    """The command's result on stdout: one JSON document, or the tables for people that
+    `tables` prints through `show` and `report_console()`. With -q the tables are held back and
+    printed only if the command fails (`release_report`)."""
+    global _report
     if fmt is Format.json:
         text = json.dumps(document, indent=2, sort_keys=False, default=str)
         sys.stdout.write(redact(text) + "\n")
         sys.stdout.flush()
-    else:
+        return
+    if _report is not None:  # a report inside a report (refresh's collect): same console
         tables()
+        return
+    held = io.StringIO() if state["quiet"] else None
+    _report = _new_report_console(held)
+    try:
+        tables()
+    finally:
+        _report = None
+    if held is not None:
+        _held.append(held.getvalue())
+
+
+def report_console() -> Console:
+    """Where a command's report prints: stdout (the console `emit` set up for its tables)."""
+    return _report if _report is not None else _new_report_console(None)
+
+
+def _new_report_console(held: io.StringIO | None) -> Console:
+    to_terminal = sys.stdout.isatty()
+    target: TextIO = held if held is not None else cast(TextIO, RedactingStream(sys.stdout))
+    return Console(
+        file=target,
+        width=shutil.get_terminal_size().columns if to_terminal else REPORT_WIDTH,
+        force_terminal=True if to_terminal else None,
+    )
+
+
+def release_report(code: int) -> None:
+    """A quiet command's held report goes out only when the command did not succeed."""
+    text = "".join(_held)
+    _held.clear()
+    if text and code != EXIT_OK:
+        sys.stdout.write(redact(text))
+        sys.stdout.flush()
+
+
+def finish(code: int) -> typer.Exit:
+    """The exit of a command that runs without `run` (held report released); raise it."""
+    release_report(code)
+    return typer.Exit(code)
 
 
 def show(title: str, rows: Mapping[str, object]) -> None:
     from stagecrawl.engine.progress import summary_table
 
-    console.print(summary_table(title, rows))
+    print_table(summary_table(title, rows))
+
+
+def print_table(table: Table) -> None:
+    """A table of the report. Its title goes on a line of its own, whole: as a table's title
+    Rich folds it to the table's width (a long database URL over a narrow table)."""
+    title = table.title
+    if isinstance(title, str) and title:
+        table.title = None
+        style = table.title_style or "table.title"
+        report_console().print(Text.from_markup(title, style=style), soft_wrap=True)
+    report_console().print(table)
 
 
 def exit_code(problems: bool, interrupted: bool, stop: GracefulStop) -> int:

@@ -35,6 +35,7 @@ from stagecrawl.cli.common import (
     emit,
     exit_code,
     guarded,
+    print_table,
     progress,
     run,
     settings_from,
@@ -340,7 +341,7 @@ def render_lock(report: pipeline.LockReport, fmt: Format) -> None:
             )
             cells = (r.label, r.kind, str(r.packages), str(r.external), str(r.new_events), problem)
             table.add_row(*(escape(cell) for cell in cells))
-        console.print(table)
+        print_table(table)
         failed = [r for r in report.tags if r.error]
         for r in failed:
             console.print(

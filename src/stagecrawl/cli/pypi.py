@@ -33,8 +33,10 @@ from stagecrawl.cli.common import (
     console,
     emit,
     exit_code,
+    finish,
     guarded,
     progress,
+    report_console,
     run,
     settings_from,
     show,
@@ -426,7 +428,9 @@ def vulns_command(
 
 
 def _print_audit(report: AuditReport) -> None:
-    console.print(
+    """The table report (stdout, through `emit`); a pin not audited is a warning (stderr)."""
+    out = report_console()
+    out.print(
         f"{len(report.packages)} packages against {report.advisories_stored} stored advisories"
         f" (newest change {report.advisories_modified or '?'})",
         highlight=False,
@@ -434,7 +438,7 @@ def _print_audit(report: AuditReport) -> None:
     for problem in report.problems:
         console.print(f"not audited: {problem}", highlight=False, markup=False, soft_wrap=True)
     for h in report.hits:
-        console.print(
+        out.print(
             "\t".join(
                 (
                     h.package.name,
@@ -448,7 +452,7 @@ def _print_audit(report: AuditReport) -> None:
             markup=False,
             soft_wrap=True,
         )
-    console.print(
+    out.print(
         f"{len(report.vulnerabilities)} vulnerabilities, {len(report.warnings)} warnings",
         highlight=False,
     )
@@ -499,7 +503,7 @@ def audit_command(
         inputs = sca.audit_inputs(targets or [], lockfile or [], tagged)
         report = await asyncio.to_thread(sca.audit_pypi, s.db, inputs, deny or [])
         if output == "table":
-            _print_audit(report)
+            emit(Format.table, {}, lambda: _print_audit(report))
         else:
             if output == "json":
                 document = audit_json(report)
@@ -558,12 +562,12 @@ def licenses_check(
 
         def tables() -> None:
             for v in result.violations:
-                console.print(
+                report_console().print(
                     f"{v.package}\t{v.version}\t{v.expression or v.license or ''}\t{v.reason}",
                     highlight=False,
                     markup=False,
                 )
-            console.print(
+            report_console().print(
                 f"{result.rows} versions checked, {len(result.violations)} not accepted",
                 highlight=False,
             )
@@ -571,7 +575,7 @@ def licenses_check(
         emit(fmt, document, tables)
         return EXIT_PARTIAL if result.violations else EXIT_OK
 
-    raise typer.Exit(guarded(body))
+    raise finish(guarded(body))
 
 
 @app.command("refresh")

@@ -16,7 +16,10 @@ from stagecrawl.cli.common import (
     FormatOption,
     console,
     emit,
+    finish,
     guarded,
+    print_table,
+    report_console,
     run,
     settings_from,
 )
@@ -176,10 +179,11 @@ def status(
         emit(fmt, document, lambda: _tables(document))
         return 0
 
-    raise typer.Exit(guarded(body))
+    raise finish(guarded(body))
 
 
 def _tables(document: dict[str, Any]) -> None:
+    out_console = report_console()  # the report goes to stdout (cli/common.py's emit)
     crates = document.get("crates")
     if crates is not None:
         out = Table(title=f"LIST in {escape(crates['database'])}", title_justify="left")
@@ -188,7 +192,7 @@ def _tables(document: dict[str, Any]) -> None:
         out.add_column("events", justify="right")
         for row in crates["list"]:
             out.add_row(str(row["processed"]), row["meaning"], str(row["events"]))
-        console.print(out)
+        print_table(out)
         if crates["ladder"]:
             ladder = Table(title="retry ladder (next run)", title_justify="left")
             for column in ("crate", "PROCESSED", "last reason"):
@@ -197,7 +201,7 @@ def _tables(document: dict[str, Any]) -> None:
                 ladder.add_row(
                     escape(row["crate"]), str(row["processed"]), escape(row["reason"] or "")
                 )
-            console.print(ladder)
+            print_table(ladder)
         rows: dict[str, object] = {"events by SOURCE": ""}
         rows.update({f"  {k}": v for k, v in crates["sources"].items()})
         rows["RESYNC asked"] = crates["resync_asked"]
@@ -206,9 +210,9 @@ def _tables(document: dict[str, Any]) -> None:
             rows[f"seed ladder: {seed['crate']}"] = seed["reason"] or ""
         rows["VERSION rows"] = crates["versions"]
         rows["PRODUCT rows"] = crates["products"]
-        console.print(summary_table("totals", rows))
+        print_table(summary_table("totals", rows))
         if not crates["workers"]:
-            console.print("no live workers")
+            out_console.print("no live workers")
         else:
             table = Table(title="live workers", title_justify="left")
             columns = ("worker", "since", "leased events", "events done", "events/s", "requests")
@@ -224,7 +228,7 @@ def _tables(document: dict[str, Any]) -> None:
                     str(w["requests"]),
                     "redis" if w["shared_limit"] else "own bucket",
                 )
-            console.print(table)
+            print_table(table)
         if crates.get("lease_holders"):
             held = Table(title="leases held (who, how many, since when)", title_justify="left")
             for column in ("worker", "leased events", "since (UTC)", "heartbeat", "state"):
@@ -238,10 +242,12 @@ def _tables(document: dict[str, Any]) -> None:
                     "no worker row" if ago is None else f"{ago} s ago",
                     "dead: reclaimable now" if h["reclaimable"] else "live",
                 )
-            console.print(held)
+            print_table(held)
         if crates.get("waiting"):
             w = crates["waiting"]
-            console.print(f"{w['events']} event(s) not attempted, waiting: {escape(w['reason'])}")
+            out_console.print(
+                f"{w['events']} event(s) not attempted, waiting: {escape(w['reason'])}"
+            )
     pypi = document.get("pypi")
     if pypi is not None:
         rows = {f"LIST {r['processed']} {r['meaning']}": r["events"] for r in pypi["list"]}
@@ -253,14 +259,14 @@ def _tables(document: dict[str, Any]) -> None:
             rows[f"seed ladder: {seed['project']}"] = seed["reason"] or ""
         rows["VERSION rows"] = pypi["versions"]
         rows["PRODUCT rows"] = pypi["products"]
-        console.print(summary_table("PyPI", rows))
+        print_table(summary_table("PyPI", rows))
     aircraft = document.get("aircraft")
     if aircraft is not None:
         for name, data in aircraft["passes"].items():
             rows = {f"  {k}": v for k, v in data["states"].items()}
             for entry in data["ladder"]:
-                rows[f"×{entry['attempts']} {entry['url'][:80]}"] = entry["reason"] or ""
-            console.print(summary_table(f"aircraft {name} frontier", rows))
+                rows[f"×{entry['attempts']} {entry['url']}"] = entry["reason"] or ""
+            print_table(summary_table(f"aircraft {name} frontier", rows))
 
 
 def demo(
