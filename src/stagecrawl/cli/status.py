@@ -29,7 +29,7 @@ from stagecrawl.engine.frontier import STATE_NAMES as FRONTIER_STATES
 from stagecrawl.engine.progress import summary_table
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.errors import StorageError
-from stagecrawl.pypi.pipeline import status as pypi_status
+from stagecrawl.pypi.status import status as pypi_status
 from stagecrawl.queue import Workers
 from stagecrawl.secrets import redact_data
 from stagecrawl.storage.db import Database

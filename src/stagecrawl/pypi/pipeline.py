@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, inspect, or_, select, update
+from sqlalchemy import Connection, bindparam, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from stagecrawl.engine.fetcher import Fetcher, FetchSettings
@@ -737,32 +737,3 @@ def register_locks(
             entry.new_events = counts.new
             report.inputs.append(entry)
     return report
-
-
-# -- status --------------------------------------------------------------------------------
-
-
-def status(db: Database) -> dict[str, Any] | None:
-    """PyPI's queue ladders and table totals, asked of their owners (read-only); None for a
-    database made before PyPI's tables existed."""
-    events, seeds = tables.event_list(db), tables.seed_queue(db)
-    with db.reading() as conn:
-        present = {name.upper() for name in inspect(conn).get_table_names()}
-        if events.table.name.upper() not in present:
-            return None
-        by_state = events.queue.by_state(conn)
-        reasons = events.queue.on_ladder(conn, 20)
-        seed_ladder = seeds.on_ladder(conn, 50)
-        document = {
-            "list": [
-                {"processed": p, "meaning": LIST_CODES.names.get(p, "?"), "events": n}
-                for p, n in by_state
-            ],
-            "sources": events.sources(conn),
-            "ladder": [{"project": n, "processed": p, "reason": e} for n, p, e in reasons],
-            "seed_ladder": [{"project": n, "state": p, "reason": e} for n, p, e in seed_ladder],
-            "seeds_pending": seeds.count(conn, PENDING),
-            "versions": tables.versions(db).count(conn),
-            "products": tables.products(db).count(conn),
-        }
-    return document

@@ -29,7 +29,6 @@ from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import Column, LargeBinary, Table
-from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.sql.expression import Executable
 from sqlalchemy.types import TypeEngine
@@ -232,15 +231,23 @@ def _column_of(statement: Executable, name: str) -> Column[Any] | None:
 # -- upserts -----------------------------------------------------------------------------------
 def upsert_statement(dialect: str, table: Table, update: Sequence[str]) -> Executable:
     """INSERT into `table`, or UPDATE the `update` columns where the primary key exists."""
+    # The dialect's package is imported here, not at the top: a command that only reads
+    # (status) never needs one, and each costs start-up time.
     if dialect in ("mysql", "mariadb"):
+        from sqlalchemy.dialects import mysql
+
         my = mysql.insert(table)
         return my.on_duplicate_key_update({c: my.inserted[c] for c in update})
     keys = [c.name for c in table.primary_key.columns]
     if dialect == "postgresql":
+        from sqlalchemy.dialects import postgresql
+
         pg = postgresql.insert(table)
         return pg.on_conflict_do_update(
             index_elements=keys, set_={c: pg.excluded[c] for c in update}
         )
+    from sqlalchemy.dialects import sqlite
+
     lite = sqlite.insert(table)
     return lite.on_conflict_do_update(
         index_elements=keys, set_={c: lite.excluded[c] for c in update}

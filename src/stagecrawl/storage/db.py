@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import (
+    BINARY,
+    BigInteger,
     Boolean,
     Column,
     DateTime,
@@ -40,7 +42,6 @@ from sqlalchemy import (
     inspect,
     text,
 )
-from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.sql.elements import ColumnElement
@@ -57,13 +58,23 @@ DEFAULT_OUTAGE_SECONDS = DEFAULTS.outage_seconds
 # Execution option of a connection that only reads (Database.reading): on SQLite its
 # transactions begin deferred and never take the write lock.
 READING = "stagecrawl_reading"
-JsonText = Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
-BigCount = (
-    Integer()
-    .with_variant(mysql.BIGINT(), "mysql", "mariadb")
-    .with_variant(postgresql.BIGINT(), "postgresql")
-)
-EventId = LargeBinary(32).with_variant(mysql.BINARY(32), "mysql", "mariadb")
+# Column types in generic terms, so that declaring the tables imports no dialect package
+# (SQLAlchemy's MySQL and PostgreSQL dialects cost a third of `stagecrawl status`'s start-up
+# on SQLite).
+
+
+class _LongText(UserDefinedType[str]):
+    """MySQL's and MariaDB's LONGTEXT, named without importing their dialect package."""
+
+    cache_ok = True
+
+    def get_col_spec(self, **_kw: Any) -> str:
+        return "LONGTEXT"
+
+
+JsonText = Text().with_variant(_LongText(), "mysql", "mariadb")
+BigCount = Integer().with_variant(BigInteger(), "mysql", "mariadb", "postgresql")
+EventId = LargeBinary(32).with_variant(BINARY(32), "mysql", "mariadb")
 MYSQL_CI_PREFERENCE = ("utf8mb4_0900_ai_ci", "utf8mb4_uca1400_ai_ci", "utf8mb4_unicode_520_ci")
 PG_CI_COLLATION = "stagecrawl_ci"
 # Tables whose whole content is re-derived by one command (`info={"derived": …}` names it):
