@@ -116,6 +116,18 @@ async def test_lock_pins_then_collect(pypi: PyPIOrigin, tmp_path: Path) -> None:
         ("requests", "2.18.0"),
         ("pyyaml", "3.13"),
     }
+    # Another lock spells the stored release otherwise (`3.13.00` is `3.13`, PEP 440
+    # equality): its event is skipped as stored, and nothing is sent for it.
+    other = tmp_path / "other.txt"
+    other.write_text("PyYAML==3.13.00\n")
+    inputs = await pipeline.lock_files(None, [], None, False, other, tmp_path, GracefulStop("t"))
+    assert pipeline.register_locks(db, inputs).as_json()["new_events"] == 1
+    sent = len(pypi.log)
+    c = client(pypi)
+    async with c.fetcher:
+        again = await pipeline.collect(db, c, CollectSettings(), GracefulStop("t"))
+    assert again.collect is not None and again.collect.outcomes[pipeline.SKIPPED] == 1
+    assert [r.path for r in pypi.log[sent:] if "yaml" in r.path.lower()] == []
 
 
 def test_bad_names_are_refused_before_anything_is_queued(tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ from stagecrawl.pypi import tables
 from stagecrawl.pypi.client import API, FILES, FILES_HOST, INDEX, PyPIClient
 from stagecrawl.pypi.locks import LockFile, locks_at_tag, parse_lock
 from stagecrawl.pypi.names import name_problem, normalize
-from stagecrawl.pypi.versions import is_valid
+from stagecrawl.pypi.versions import is_valid, version_key
 from stagecrawl.pypi.work import FAILED, NOT_FOUND, ProjectResult, collect_one, seed_one
 from stagecrawl.queue import (
     Claimed,
@@ -482,9 +482,15 @@ class Collector:
         todo = group
         outcomes: list[Outcome] = []
         if self.settings.skip_existing:
-            stored = self.handler.existing.pop(group[0].group, set())
-            todo = [e for e in group if e.requeue or e.version not in stored]
-            outcomes = [Outcome(e, SKIPPED) for e in group if not e.requeue and e.version in stored]
+            # Compared by PEP 440 equality: a lock's pin `3.13.0` is the `3.13` PyPI lists and
+            # we stored, so it is skipped, not collected again on every run.
+            stored = {version_key(v) for v in self.handler.existing.pop(group[0].group, set())}
+            todo = [e for e in group if e.requeue or version_key(e.version) not in stored]
+            outcomes = [
+                Outcome(e, SKIPPED)
+                for e in group
+                if not e.requeue and version_key(e.version) in stored
+            ]
         if not todo:
             return CollectResult(group, outcomes)
         try:
@@ -511,7 +517,7 @@ class Collector:
             if e.version in result.missing:
                 outcomes.append(Outcome(e, EVENT_NOT_FOUND, "not on the Simple page"))
             else:
-                yanked = listed.get(e.version, False)
+                yanked = listed.get(version_key(e.version), False)
                 outcomes.append(Outcome(e, COLLECTED, None, (("YANKED", yanked),)))
         return CollectResult(group, outcomes, result)
 

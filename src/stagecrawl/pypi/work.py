@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from packaging.version import Version
+
 from stagecrawl.errors import FetchError, NotFound
 from stagecrawl.pypi.client import PyPIClient, SimplePage
 from stagecrawl.pypi.collect import CollectedProject, collect_project
@@ -63,11 +65,12 @@ class ProjectResult:
     missing: set[str] = field(default_factory=set)  # asked for, not on the Simple page
 
     @property
-    def listed(self) -> dict[str, bool]:
-        """Every version the Simple page lists, with its yanked flag."""
+    def listed(self) -> dict[Version | str, bool]:
+        """Every version the Simple page lists, with its yanked flag, by `version_key` (PEP
+        440 equality: a pin `3.13.0` finds the release listed as `3.13`)."""
         if self.collected is None:
             return {}
-        return {r.version: r.yanked for r in self.collected.page.project.releases}
+        return {version_key(r.version): r.yanked for r in self.collected.page.project.releases}
 
 
 async def collect_one(
