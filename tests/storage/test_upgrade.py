@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import Column, MetaData, Table, inspect, select
 
 from stagecrawl.crates.osv import ImportReport, import_advisories
+from stagecrawl.errors import StorageError
 from stagecrawl.storage.db import Database, build_metadata
 from tests.crates.conftest import _drop_tables
 from tests.services import MARIADB_URL, POSTGRES_URL
@@ -108,6 +109,9 @@ def test_a_database_of_the_previous_version_is_upgraded(
         )
     probe.dispose()
 
+    # A reader (`status`) cannot upgrade: it names the table and what will, and changes nothing.
+    with pytest.raises(StorageError, match=r"LICENSE_EXPRESSION.*upgrades it in place"):
+        Database(url, read_only=True)
     with caplog.at_level(logging.WARNING, logger="stagecrawl.storage"):
         db = Database(url)
     assert "rebuilding" in caplog.text and "crates vulns" in caplog.text

@@ -434,6 +434,25 @@ class Database:
             raise StorageError(f"cannot read {self.safe_url}: {_first_line(exc)}") from None
         if self.list.name not in present and self.list.name.lower() not in present:
             raise StorageError(f"no stagecrawl tables in {self.safe_url}: nothing collected yet")
+        # A reader cannot upgrade (`upgrade` alters tables): a table made by an older
+        # stagecrawl is named, with what brings it up to date, rather than failing later on
+        # the first query that reads a column it lacks.
+        try:
+            with self.engine.connect() as conn:
+                live = inspect(conn)
+                for table in self.metadata.sorted_tables:
+                    if table.name not in present:
+                        continue
+                    have = {c["name"] for c in live.get_columns(table.name)}
+                    lacking = [c.name for c in table.columns if c.name not in have]
+                    if lacking:
+                        raise StorageError(
+                            f"{table.name} in {self.safe_url} was made by an older stagecrawl"
+                            f" (no {', '.join(lacking)}): the next writing command (seed,"
+                            " collect, crawl …) upgrades it in place"
+                        )
+        except SQLAlchemyError as exc:
+            raise StorageError(f"cannot read {self.safe_url}: {_first_line(exc)}") from None
 
     @property
     def is_sqlite(self) -> bool:
