@@ -10,7 +10,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Column, DateTime, MetaData, SmallInteger, String, Table, Text, select
+from sqlalchemy import (
+    Boolean,
+    Column,
+    DateTime,
+    Index,
+    MetaData,
+    SmallInteger,
+    String,
+    Table,
+    Text,
+    select,
+)
 
 from stagecrawl.engine.frontier import Completion, Frontier
 from stagecrawl.engine.request import Request
@@ -33,31 +44,62 @@ from tests.services import MARIADB_URL, POSTGRES_URL
 CODES = LadderCodes(finished={1: "done"})
 
 
-def jobs_table(metadata: MetaData, db: Database) -> Table:
+def jobs_table(metadata: MetaData, db: Database, indexed: bool = False) -> Table:
+    """`indexed`: with the claim indexes (state, group) and (requeue, group), so claims read
+    each rung and the requeued rows apart (`QueueTable.indexed_claims`)."""
+    claim_indexes = (
+        [Index("IX_TEST_JOBS_STEP", "STEP", "BATCH"), Index("IX_TEST_JOBS_REDO", "REDO", "BATCH")]
+        if indexed
+        else []
+    )
     return Table(
         "TB_TEST_JOBS",
         metadata,
         Column("JOB", String(64), primary_key=True),
         Column("BATCH", String(64), nullable=False),
         Column("STEP", SmallInteger, nullable=False),
+        Column("REDO", Boolean, nullable=False, default=False),
         Column("WHY", Text),
         Column("OWNER", String(128)),
         Column("LEASE_END", DateTime),
         Column("CHANGED", DateTime, nullable=False),
+        *claim_indexes,
         **db.table_options,
     )
 
 
-@pytest.fixture(params=["sqlite", "mariadb", "postgresql"])
-def queue(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlQueue]:
-    url = {
+def jobs_spec(table: Table, requeue: str | None = None) -> QueueTable:
+    return QueueTable(
+        table,
+        id="JOB",
+        group="BATCH",
+        state="STEP",
+        reason="WHY",
+        updated="CHANGED",
+        codes=CODES,
+        holder="OWNER",
+        until="LEASE_END",
+        requeue=requeue,
+    )
+
+
+BACKENDS = ["sqlite", "mariadb", "postgresql"]
+
+
+def backend_url(backend: str, tmp_path: Path) -> str:
+    return {
         "sqlite": f"sqlite:///{tmp_path / 'jobs.db'}",
         "mariadb": MARIADB_URL,
         "postgresql": POSTGRES_URL,
-    }[request.param]
-    db = Database(url, create=False)
+    }[backend]
+
+
+@pytest.fixture(params=[(b, i) for i in (False, True) for b in BACKENDS], ids=str)
+def queue(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlQueue]:
+    backend, indexed = request.param
+    db = Database(backend_url(backend, tmp_path), create=False)
     metadata = MetaData()
-    table = jobs_table(metadata, db)
+    table = jobs_table(metadata, db, indexed)
     metadata.drop_all(db.engine)
     metadata.create_all(db.engine)
     db.worker.create(db.engine, checkfirst=True)
@@ -68,17 +110,8 @@ def queue(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlQueue]:
         for n in range(3)
     ]
     db.transaction(lambda conn: conn.execute(table.insert(), rows))
-    spec = QueueTable(
-        table,
-        id="JOB",
-        group="BATCH",
-        state="STEP",
-        reason="WHY",
-        updated="CHANGED",
-        codes=CODES,
-        holder="OWNER",
-        until="LEASE_END",
-    )
+    spec = jobs_spec(table, "REDO")
+    assert spec.indexed_claims == indexed
     yield SqlQueue(db, spec)
     metadata.drop_all(db.engine)
     db.dispose()
@@ -170,6 +203,58 @@ def test_a_run_does_not_retry_what_failed_in_it_and_gives_every_lease_back(
     asyncio.run(main())
     assert tries == ["a", "b", "c", "b"]
     assert states(queue)["b-0"][0] == 31
+
+
+@pytest.fixture(params=BACKENDS)
+def indexed_queue(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlQueue]:
+    db = Database(backend_url(request.param, tmp_path), create=False)
+    metadata = MetaData()
+    table = jobs_table(metadata, db, indexed=True)
+    metadata.drop_all(db.engine)
+    metadata.create_all(db.engine)
+    yield SqlQueue(db, jobs_spec(table, "REDO"))
+    metadata.drop_all(db.engine)
+    db.dispose()
+
+
+def add_jobs(queue: SqlQueue, batch: str, step: int, count: int, redo: bool = False) -> None:
+    now, table = utcnow(), queue.table
+    rows = [
+        {"JOB": f"{batch}-{step}-{n:03d}", "BATCH": batch, "STEP": step, "REDO": redo,
+         "CHANGED": now}
+        for n in range(count)
+    ]  # fmt: skip
+    queue.db.transaction(lambda conn: conn.execute(table.insert(), rows))
+
+
+def test_a_claim_through_the_claim_indexes_takes_every_rung_and_requeue_in_group_order(
+    indexed_queue: SqlQueue,
+) -> None:
+    queue = indexed_queue
+    add_jobs(queue, "a", 1, 2, redo=True)  # done, asked again
+    add_jobs(queue, "b", 1, 2)  # done
+    add_jobs(queue, "c", 0, 2)
+    add_jobs(queue, "d", 30, 2)  # one group on two rungs
+    add_jobs(queue, "d", 0, 1)
+    add_jobs(queue, "e", 31, 1, redo=True)  # failing and asked again: read once
+    add_jobs(queue, "f", 0, 1)
+    first = queue.claim("w1", groups=4, lease_seconds=600)
+    assert [c.group for c in first] == ["a", "a", "c", "c", "d", "d", "d", "e"]
+    assert {c.state for c in first if c.group == "d"} == {0, 30}
+    assert [c.group for c in queue.claim("w2", groups=4, lease_seconds=600)] == ["f"]
+    assert queue.claim("w3", groups=4, lease_seconds=600) == []
+
+
+def test_a_group_longer_than_the_claims_window_comes_whole_from_two_rungs(
+    indexed_queue: SqlQueue,
+) -> None:
+    queue = indexed_queue
+    add_jobs(queue, "a", 0, 50)
+    add_jobs(queue, "a", 30, 50)  # 100 rows: past one group's window (64) on either rung
+    add_jobs(queue, "b", 0, 20)  # fills the first rung's window: the rows are cut there
+    rows = queue.claim("w1", groups=1, lease_seconds=600)
+    assert len(rows) == 100 and {c.group for c in rows} == {"a"}
+    assert [c.group for c in queue.claim("w2", groups=2, lease_seconds=600)] == ["b"] * 20
 
 
 def test_the_frontier_climbs_the_same_ladder(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
-"""A database created by the previous stagecrawl keeps working: missing nullable columns are
-added in place, and the derived VULN tables, whose primary key changed, are rebuilt empty."""
+"""A database created by the previous stagecrawl keeps working: missing nullable columns and
+missing indexes are added in place, and the derived VULN tables, whose primary key changed,
+are rebuilt empty."""
 
 from __future__ import annotations
 
@@ -117,6 +118,9 @@ def test_a_database_of_the_previous_version_is_upgraded(
     assert "rebuilding" in caplog.text and "crates vulns" in caplog.text
     live = inspect(db.engine)
     assert "LICENSE_EXPRESSION" in {c["name"] for c in live.get_columns(db.version.name)}
+    # the LIST's claim indexes (an older LIST has none of them): claims read through them
+    indexes = {str(ix["name"]) for ix in live.get_indexes(db.list.name)}
+    assert {"IX_RUST_LIST_PROCESSED_CRATE", "IX_RUST_LIST_RESYNC_CRATE"} <= indexes
     assert live.get_pk_constraint(db.vuln_v1.name)["constrained_columns"] == [
         "PRODUCT_KEY",
         "VULN_ID",

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, and_, false, func, literal, or_, select, update
+from sqlalchemy import Connection, Select, and_, false, func, literal, or_, select, true, update
 from sqlalchemy.sql.elements import ColumnElement
 
 from stagecrawl.queue.ladder import ThisRun
@@ -56,9 +56,23 @@ class SqlQueue:
             wanted = or_(wanted, self._c(s.requeue).is_(True))
         return wanted
 
-    def _claimable(self, now: datetime, exclude: Collection[str]) -> ColumnElement[bool]:
+    def _arms(self) -> list[ColumnElement[bool]]:
+        """`_wanted` as conditions each index can serve in group order: one per claimable rung
+        (`state = code`), and the requeued rows (`requeue = true`; they may be on a claimable
+        rung too: the same row from two arms is read once, see `_merge`)."""
         s = self.spec
-        condition = self._wanted()
+        arms: list[ColumnElement[bool]] = [
+            self._c(s.state) == code for code in self.codes.claimable
+        ]
+        if s.requeue is not None:
+            arms.append(self._c(s.requeue) == true())
+        return arms
+
+    def _claimable(
+        self, now: datetime, exclude: Collection[str], wanted: ColumnElement[bool] | None = None
+    ) -> ColumnElement[bool]:
+        s = self.spec
+        condition = self._wanted() if wanted is None else wanted
         if s.not_before is not None:
             not_before = self._c(s.not_before)
             condition = and_(condition, or_(not_before.is_(None), not_before <= now))
@@ -116,8 +130,9 @@ class SqlQueue:
         def work(conn: Connection) -> Sequence[Any]:
             excluded = _snapshot(exclude)
             claimable = self._claimable(now, excluded)
+            arms = self._arm_conditions(now, excluded)
             pick = self._pick_sqlite if self.db.is_sqlite else self._pick_locking
-            rows = pick(conn, claimable, groups, max_rows, after)
+            rows = pick(conn, claimable, arms, groups, max_rows, after)
             if exclude:
                 rows = [r for r in rows if r[1] not in exclude]
             if rows:
@@ -145,28 +160,71 @@ class SqlQueue:
         # db.read: redone whole after a lost connection, within the outage bound
         return self._claimed(self.db.read(lambda conn: conn.execute(query).all()))
 
-    def _windows(self, window: Any, after: str | None) -> list[Any]:
+    def _arm_conditions(
+        self, now: datetime, excluded: Collection[str]
+    ) -> list[ColumnElement[bool]]:
+        """What a claim reads, one query each: the claimable rows through the claim indexes
+        (`QueueTable.indexed_claims`: one arm per rung and the requeued rows), else in one."""
+        if not self.spec.indexed_claims:
+            return [self._claimable(now, excluded)]
+        return [self._claimable(now, excluded, arm) for arm in self._arms()]
+
+    def _read_arms(
+        self,
+        conn: Connection,
+        window: Callable[[ColumnElement[bool]], Select[Any]],
+        arms: Sequence[ColumnElement[bool]],
+        after: str | None,
+    ) -> list[Sequence[Any]]:
+        """Each arm's window, from `after` on; when that finds nothing, from the start."""
         group = self._c(self.spec.group)
-        return [window.where(group >= literal(after)), window] if after else [window]
+        parts: list[Sequence[Any]] = []
+        for start in [after, None] if after else [None]:
+            parts = [
+                conn.execute(
+                    window(arm if start is None else and_(arm, group >= literal(start)))
+                ).all()
+                for arm in arms
+            ]
+            if any(parts):
+                break
+        return parts
 
     def _pick_sqlite(
         self,
         conn: Connection,
         claimable: ColumnElement[bool],
+        arms: Sequence[ColumnElement[bool]],
         groups: int,
         max_rows: int | None,
         after: str | None,
     ) -> Sequence[Any]:
-        """One writer, under the write lock: the first groups in order (read as keys only),
-        then every claimable row of them."""
+        """One writer, under the write lock: the first groups in order (read as keys only, the
+        first `groups` of each arm), then every claimable row of them."""
         group = self._c(self.spec.group)
-        window = select(group).where(claimable).distinct().order_by(group).limit(groups)
-        for candidate in self._windows(window, after):
-            names = conn.execute(candidate).scalars().all()
-            if names:
-                break
-        else:
+        parts = self._read_arms(
+            conn,
+            lambda arm: select(group).where(arm).distinct().order_by(group).limit(groups),
+            arms,
+            after,
+        )
+        found = [[r[0] for r in part] for part in parts if part]
+        if not found:
             return []
+        names = found[0]
+        if len(found) > 1:
+            # The first `groups` of all arms, in the database's order (its collation, which
+            # Python's sort does not know); each is among the first `groups` of its own arm.
+            candidates = sorted({n for part in found for n in part})
+            names = list(
+                conn.execute(
+                    select(group)
+                    .where(group.in_(candidates))
+                    .distinct()
+                    .order_by(group)
+                    .limit(groups)
+                ).scalars()
+            )
         query = (
             select(*self._columns())
             .where(claimable, group.in_(names))
@@ -180,35 +238,37 @@ class SqlQueue:
         self,
         conn: Connection,
         claimable: ColumnElement[bool],
+        arms: Sequence[ColumnElement[bool]],
         groups: int,
         max_rows: int | None,
         after: str | None,
     ) -> Sequence[Any]:
         """MySQL/MariaDB and PostgreSQL: a window of claimable rows nobody else has locked, in
         group order, locked as it is read (FOR UPDATE SKIP LOCKED; FOR UPDATE allows no
-        DISTINCT). Its first `groups` groups are taken; a full window may have cut its last
-        group short, so that one is left for the next claim, unless it is the only one: then
-        the rest of its rows are read too."""
+        DISTINCT), one per arm, merged. Its first `groups` groups are taken; a full window
+        may have cut its last group short, so that one is left for the next claim, unless it
+        is the only one: then the rest of its rows are read too."""
         group, key = self._c(self.spec.group), self._c(self.spec.id)
         limit = groups * 64
-        window = (
-            select(*self._columns())
-            .where(claimable)
-            .order_by(group, key)
-            .limit(limit)
-            .with_for_update(skip_locked=True)
+        parts = self._read_arms(
+            conn,
+            lambda arm: (
+                select(*self._columns())
+                .where(arm)
+                .order_by(group, key)
+                .limit(limit)
+                .with_for_update(skip_locked=True)
+            ),
+            arms,
+            after,
         )
-        rows: Sequence[Any] = []
-        for candidate in self._windows(window, after):
-            rows = conn.execute(candidate).all()
-            if rows:
-                break
-        else:
+        if not any(parts):
             return []
+        rows, cut = self._merge(conn, parts, limit)
         names = list(dict.fromkeys(r[1] for r in rows))
-        if len(rows) == limit and len(names) > 1:
+        if cut and len(names) > 1:
             names = names[:-1]
-        elif len(rows) == limit:
+        elif cut:
             rows = conn.execute(
                 select(*self._columns())
                 .where(claimable, group == literal(names[0]))
@@ -218,6 +278,30 @@ class SqlQueue:
         taken = set(names[:groups])
         picked = [r for r in rows if r[1] in taken]
         return picked if max_rows is None else picked[:max_rows]
+
+    def _merge(
+        self, conn: Connection, parts: Sequence[Sequence[Any]], limit: int
+    ) -> tuple[Sequence[Any], bool]:
+        """The arms' windows as one, in (group, id) order, cut to `limit` rows when any arm
+        filled its window (then the rows past the shortest full arm's end are unknown, and
+        the last group may be cut short: the second value). Every group before the last one
+        is whole: each full arm reaches at least that far."""
+        found = [part for part in parts if part]
+        full = any(len(part) >= limit for part in found)
+        if len(found) == 1:
+            return found[0], full
+        by_id: dict[Any, Any] = {}
+        for part in found:
+            for row in part:
+                by_id.setdefault(row[0], row)  # a requeued row on a claimable rung: once
+        # Ordered by the database (its collation, not Python's), read from rows this
+        # transaction has locked already.
+        key, group = self._c(self.spec.id), self._c(self.spec.group)
+        order = conn.execute(
+            select(key).where(in_values(key, list(by_id))).order_by(group, key)
+        ).scalars()
+        rows = [by_id[k] for k in order]
+        return (rows[:limit], True) if full else (rows, False)
 
     # -- leases -----------------------------------------------------------------------------
     def renew(self, worker: str, lease_seconds: float) -> int:

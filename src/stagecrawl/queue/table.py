@@ -56,6 +56,18 @@ class QueueTable:
     def leased(self) -> bool:
         return self.holder is not None and self.until is not None
 
+    @property
+    def indexed_claims(self) -> bool:
+        """The table has an index led by (state, group), and one led by (requeue, group) if it
+        declares a requeue column: then a claim reads each claimable rung, and the requeued
+        rows, in group order straight from these indexes (`SqlQueue.claim`), and its cost does
+        not grow with the finished rows. Without them a claim is one query over the group
+        order."""
+        leads = {tuple(c.name for c in index.columns)[:2] for index in self.table.indexes}
+        if (self.state, self.group) not in leads:
+            return False
+        return self.requeue is None or (self.requeue, self.group) in leads
+
 
 @dataclass(frozen=True)
 class Claimed:

@@ -145,6 +145,18 @@ def registry_tables(
         Column("LAST_UPDATED", DateTime, nullable=False),
         Index(f"IX_{code}_LIST_CRATE_NAME", "CRATE_NAME"),
         Index(f"IX_{code}_LIST_PROCESSED", "PROCESSED"),
+        # The claim indexes (stagecrawl's, queue.QueueTable.indexed_claims): a claim reads
+        # each pending or failing PROCESSED, and the RESYNC rows, in CRATE_NAME order from
+        # these, so its cost does not grow with the processed events. RESYNC is rare: the
+        # index holds only those rows where the database has partial indexes.
+        Index(f"IX_{code}_LIST_PROCESSED_CRATE", "PROCESSED", "CRATE_NAME"),
+        Index(
+            f"IX_{code}_LIST_RESYNC_CRATE",
+            "RESYNC",
+            "CRATE_NAME",
+            postgresql_where=text('"RESYNC"'),
+            sqlite_where=text('"RESYNC" = 1'),
+        ),
         Index(f"IX_{code}_LIST_TIMESTAMP", "TIMESTAMP"),
         Index(f"IX_{code}_LIST_LAST_UPDATED", "LAST_UPDATED"),
         **mysql_kw,
@@ -529,6 +541,32 @@ class Database:
                 names = {c["name"] for c in inspect(self.engine).get_columns(table.name)}
                 if column.name not in names:
                     raise
+        self._add_indexes(existing - {t.name for t in doomed})
+
+    def _add_indexes(self, existing: set[str]) -> None:
+        """Create the declared indexes an older stagecrawl did not make on tables that exist
+        (`create_all` only indexes the tables it creates). On a large table this takes a
+        while, once."""
+        live = inspect(self.engine)
+        for table in self.metadata.sorted_tables:
+            if table.name not in existing or not table.indexes:
+                continue
+            present = {str(ix["name"]).lower() for ix in live.get_indexes(table.name)}
+            for index in sorted(table.indexes, key=lambda ix: str(ix.name)):
+                if str(index.name).lower() in present:
+                    continue
+                log.info("creating index %s on %s", index.name, table.name)
+                try:
+                    with self.engine.begin() as conn:
+                        index.create(conn)
+                except SQLAlchemyError:
+                    # Another process starting at the same moment may have made it first.
+                    names = {
+                        str(ix["name"]).lower()
+                        for ix in inspect(self.engine).get_indexes(table.name)
+                    }
+                    if str(index.name).lower() not in names:
+                        raise
 
     def _case_insensitive_collation(self, conn: Connection) -> str | None:
         if self.dialect == "sqlite":
