@@ -22,8 +22,7 @@ from stagecrawl.storage.db import Database
 from stagecrawl.testing.origin import TestOrigin
 from stagecrawl.testing.registry import index_line, write_crate
 from tests.cli import spawn, stagecrawl
-from tests.crates.conftest import _drop_tables
-from tests.services import MARIADB_URL, POSTGRES_URL, REDIS_URL
+from tests.services import MARIADB_URL, POSTGRES_URL, REDIS_URL, drop_stagecrawl_tables
 
 CRATES = [f"fleet-{i:02d}" for i in range(24)]
 
@@ -149,7 +148,7 @@ def test_four_workers_one_killed_share_the_queue_and_the_limit(
     assert single.returncode == 0, single.stderr
     api.log.clear()
 
-    _drop_tables(db_url)
+    drop_stagecrawl_tables(db_url)
     seeded = stagecrawl("crates", "seed", *CRATES, "--db", db_url, *urls)
     assert seeded.returncode == 0, seeded.stderr
     common = [
@@ -195,7 +194,7 @@ def test_four_workers_one_killed_share_the_queue_and_the_limit(
     assert versions(db_url) == versions(reference)  # as if one worker had done it all
     assert not [r for r in api.log if r.status == 429]  # four workers, one shared limit
     assert api.max_in_window("/api/*", 1.0) <= 5
-    _drop_tables(db_url)
+    drop_stagecrawl_tables(db_url)
 
 
 def test_sqlite_refuses_a_second_worker_and_status_lists_the_first(
