@@ -2,6 +2,7 @@
 
     python bench/scale.py [--crates 400] [--versions 10] [--dump-crates 20000] [--dump-versions 50]
     python bench/scale.py --only crawl [--crawl-sizes 300,3000,10000] [--baseline-src DIR]
+        [--repeat 3]
     python bench/scale.py --only frontier [--frontier-urls 1000000]
 
 1. `crates collect` with 1, 2 and 4 worker processes on MariaDB against the loopback registry,
@@ -9,7 +10,8 @@
 2. `crates dbdump` of a synthetic dump (default 1M versions) into SQLite: load rate and the
    loader process's peak RSS.
 3. `crates crawl` into SQLite at 300, 3,000 and 10,000 crates of 30 versions, limits lifted:
-   VERSION rows/s end to end, CPU ms per row and peak RSS (the process's own VmHWM, polled);
+   VERSION rows/s end to end, CPU ms per row, peak RSS (the process's own VmHWM, polled) and
+   index requests per crate (the index origin's own log; 1.00 when none is asked twice);
    with --baseline-src the same runs with another source tree (e.g. main's) in the same
    session, for a ratio on the same machine load. Targets: RSS flat within 10 % and ≤ 200 MB,
    ≥ 8,000 rows/s.
@@ -26,6 +28,7 @@ import asyncio
 import os
 import resource
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -197,14 +200,16 @@ def crawl_run(
     return wall, cpu, peak, code
 
 
-def crawl_bench(sizes: list[int], versions: int, baseline_src: str | None) -> Table:
+def crawl_bench(
+    sizes: list[int], versions: int, baseline_src: str | None, repeat: int = 1
+) -> Table:
+    """Each size run `repeat` times per tree, the trees' order alternating between rounds (a
+    drift in the machine's load hits both alike); each column is the median of the rounds."""
     trees = [("this tree", None)] + ([("baseline", baseline_src)] if baseline_src else [])
-    table = Table(
-        title=f"crates crawl into SQLite, {versions} versions a crate, limits lifted"
-        f" (load average at start: {os.getloadavg()[0]:.1f})"
-    )
+    loads = [os.getloadavg()[0]]
+    table = Table()
     for column in ("tree", "crates", "VERSION rows", "wall s", "rows/s", "CPU ms/row",
-                   "peak RSS MB"):  # fmt: skip
+                   "peak RSS MB", "index req/crate"):  # fmt: skip
         table.add_column(column, justify="right")
     rates: dict[tuple[str, int], float] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -214,12 +219,30 @@ def crawl_bench(sizes: list[int], versions: int, baseline_src: str | None) -> Ta
             for size in sizes:
                 seeds = root / f"seeds-{size}.txt"
                 seeds.write_text("\n".join(names[:size]))
-                for label, src in trees:  # interleaved: drift in the load hits both alike
-                    db = root / f"crawl-{label.replace(' ', '-')}-{size}.db"
-                    wall, cpu, peak, code = crawl_run(
-                        src, root, seeds, index.url + "/", api.url + "/", db
-                    )
-                    rows = size * versions
+                runs: dict[str, list[tuple[float, float, float, int, float]]] = {}
+                for round_ in range(repeat):
+                    order = trees if round_ % 2 == 0 else trees[::-1]
+                    for label, src in order:
+                        db = root / f"crawl-{label.replace(' ', '-')}-{size}-{round_}.db"
+                        asked = len(index.log)
+                        wall, cpu, peak, code = crawl_run(
+                            src, root, seeds, index.url + "/", api.url + "/", db
+                        )
+                        # from the origin's own log: 1.00 when the seeder and the collector
+                        # share each crate's one index request (a seeder far ahead of the
+                        # collector lets the run cache drop a file before the collector asks)
+                        per_crate = (len(index.log) - asked) / size
+                        runs.setdefault(label, []).append((wall, cpu, peak, code, per_crate))
+                        db.unlink(missing_ok=True)
+                        loads.append(os.getloadavg()[0])
+                rows = size * versions
+                for label, _src in trees:
+                    done = runs[label]
+                    wall = statistics.median(r[0] for r in done)
+                    cpu = statistics.median(r[1] for r in done)
+                    peak = statistics.median(r[2] for r in done)
+                    failed = [r[3] for r in done if r[3] != 0]
+                    per_crate = statistics.median(r[4] for r in done)
                     rates[(label, size)] = rows / wall
                     table.add_row(
                         label,
@@ -228,12 +251,17 @@ def crawl_bench(sizes: list[int], versions: int, baseline_src: str | None) -> Ta
                         f"{wall:.1f}",
                         f"{rows / wall:,.0f}",
                         f"{1000 * cpu / rows:.3f}",
-                        f"{peak:.0f}" + ("" if code == 0 else f" (exit {code})"),
+                        f"{peak:.0f}" + (f" (exit {failed[0]})" if failed else ""),
+                        f"{per_crate:.2f}",
                     )
     if baseline_src:
         for size in sizes:
             ratio = rates[("this tree", size)] / rates[("baseline", size)]
-            table.add_row("ratio", f"{size:,}", "", "", f"{ratio:.2f} ×", "", "")
+            table.add_row("ratio", f"{size:,}", "", "", f"{ratio:.2f} ×", "", "", "")
+    table.title = (
+        f"crates crawl into SQLite, {versions} versions a crate, limits lifted; median of"
+        f" {repeat} run(s) each (load average {min(loads):.1f}–{max(loads):.1f})"
+    )
     return table
 
 
@@ -324,6 +352,7 @@ def main() -> None:
     parser.add_argument("--crawl-sizes", default="300,3000,10000")
     parser.add_argument("--crawl-versions", type=int, default=30)
     parser.add_argument("--baseline-src", help="another src/ tree to run beside this one")
+    parser.add_argument("--repeat", type=int, default=1, help="crawl runs per size and tree")
     parser.add_argument("--frontier-urls", type=int, default=1_000_000)
     parser.add_argument("--frontier-seconds", type=float, default=10.0)
     parser.add_argument("--frontier-child", nargs=3, help=argparse.SUPPRESS)
@@ -332,10 +361,10 @@ def main() -> None:
         count, base, out = args.frontier_child
         frontier_child(int(count), base, out)
         return
-    console = Console()
+    console = Console(width=120)  # the crawl table has eight columns
     if args.only == "crawl":
         sizes = [int(n) for n in args.crawl_sizes.split(",")]
-        console.print(crawl_bench(sizes, args.crawl_versions, args.baseline_src))
+        console.print(crawl_bench(sizes, args.crawl_versions, args.baseline_src, args.repeat))
         return
     if args.only == "frontier":
         console.print(frontier_bench(args.frontier_urls, args.frontier_seconds))
