@@ -189,6 +189,20 @@ async def collect(
             collector.loop.wake()
         seen = seeder.handler.registered
 
+    def room_to_seed() -> bool:
+        """Backpressure: the seeder asks the index no further ahead of the collector than
+        `backlog_bound` events. Every index file the seeder fetched waits in the run cache
+        until the collector has used it; a seeder far ahead (it does much less per crate)
+        filled the cache past its bound, so files were dropped and asked for again (1.6
+        index requests per crate at 3,000 crates), and held memory growing with the crawl.
+        The backlog is the collector's (events it was told of and has not finished; none
+        when it is idle: what is left is, e.g., another worker's) and the seeder's own
+        (versions fetched and not yet committed, which the collector is told of after)."""
+        if collector is None or collecting.done():
+            return True
+        told = 0 if collector.loop.idle else collector.backlog
+        return told + seeder.handler.in_hand < backlog_bound
+
     seeder = Seeder(
         db,
         client,
@@ -196,6 +210,7 @@ async def collect(
         settings.concurrency,
         on_commit=seeded,
         grace_period=settings.grace_period,
+        may_claim=room_to_seed,
     )
     collector = Collector(
         db,
@@ -205,7 +220,14 @@ async def collect(
         ai=ai,
         stop=stop,
         more_coming=lambda: not seeder.finished.is_set(),
+        on_commit=seeder.loop.wake,
     )
+    # What the collector holds at most (in progress, claimed ahead, two commit batches), at
+    # twice a typical crate's 30 versions: it never waits for the seeder, and the files
+    # waiting for it stay well inside the run cache (~2.4 KB each version as parsed: 80
+    # crates of the defaults are ~12 MB of its 32 MB).
+    held = settings.concurrency + (settings.claim_crates or settings.concurrency)
+    backlog_bound = 64 * (held + 2 * settings.commit_batch)
     # Two phases side by side, each on its own work loop; the collector waits for the seeder
     # (more_coming) before it decides the queue is finished.
     seeding = asyncio.ensure_future(seeder.run())

@@ -161,6 +161,9 @@ class SeedHandler(Handler[SeedResult]):
         self.report = report
         self.resync_all = resync_all
         self.registered = 0  # new LIST events, for a collector running alongside
+        # versions in index files fetched and not yet registered and committed (what a
+        # collector alongside does not know of yet: the seeder's backpressure counts it)
+        self.in_hand = 0
 
     def outcomes(self, result: SeedResult) -> Sequence[Outcome]:
         if result.not_before is not None:
@@ -191,6 +194,7 @@ class SeedHandler(Handler[SeedResult]):
         report = self.report
         for r in results:
             if r.entry is not None:
+                self.in_hand -= len(r.entry.versions)
                 report.crates[r.entry.real_name] = len(r.entry.versions)
                 if r.entry.problems:
                     report.index_problems[r.entry.real_name] = r.entry.problem_lines()
@@ -217,7 +221,9 @@ class Seeder:
         resync_all: bool = False,
         on_commit: Callable[[LoopStats], None] | None = None,
         grace_period: float = DEFAULTS.grace_period,
+        may_claim: Callable[[], bool] | None = None,
     ) -> None:
+        """`may_claim`: backpressure from a collector running alongside (see WorkLoop)."""
         self.report = SeedReport()
         self.client = client
         self.handler = SeedHandler(db, self.report, resync_all)
@@ -229,6 +235,7 @@ class Seeder:
             LoopSettings(concurrency=concurrency, commit_batch=256, grace_period=grace_period),
             stop,
             on_commit,
+            may_claim,
         )
         self.finished = asyncio.Event()
 
@@ -273,4 +280,5 @@ class Seeder:
             log.warning("seeding %s failed: %s", seed.name, reason)
             state = next_failure_state(seed.state)  # the one ladder (stagecrawl.queue)
             return SeedResult(seed, None, state, reason[:2000])
+        self.handler.in_hand += len(entry.versions)
         return SeedResult(seed, entry, SEEDED)

@@ -213,9 +213,12 @@ class Collector:
         ai: AiLicenseClient | None = None,
         stop: GracefulStop | None = None,
         more_coming: Callable[[], bool] = lambda: False,
+        on_commit: Callable[[], None] | None = None,
     ) -> None:
+        """`on_commit` is told after each group commit (a seeder alongside waits for room)."""
         self.db = db
         self.ai = ai
+        self.on_commit = on_commit
         self.licenses: LicenseMatcher | None = None
         self.client = client
         self.settings = settings or CollectSettings()
@@ -238,7 +241,7 @@ class Collector:
                 poll_interval=s.poll_interval,
             ),
             self.stop,
-            self._report,
+            self._committed,
         )
         self.total = 0
 
@@ -283,6 +286,19 @@ class Collector:
         s = self.summary
         requests = sum(self.client.fetcher.stats.requests.values())
         return WorkerProgress(sum(s.outcomes.values()), s.crates, requests)
+
+    @property
+    def backlog(self) -> int:
+        """Events this run counts on and has not finished: still to claim, held, or being
+        collected (the total grows as a seeder alongside registers events; it is told after
+        the seeder's commit, so this is negative while the collector is ahead of that)."""
+        s = self.summary
+        return self.total - sum(s.outcomes.values()) - s.waiting_events
+
+    def _committed(self, stats: LoopStats) -> None:
+        self._report(stats)
+        if self.on_commit is not None:
+            self.on_commit()
 
     def _report(self, _stats: LoopStats | None) -> None:
         if self.progress is None:

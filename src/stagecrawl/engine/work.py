@@ -106,12 +106,17 @@ class WorkLoop(Generic[U, R]):
         settings: LoopSettings | None = None,
         stop: GracefulStop | None = None,
         on_commit: Callable[[LoopStats], None] | None = None,
+        may_claim: Callable[[], bool] | None = None,
     ) -> None:
+        """`may_claim` is backpressure from whoever consumes what this loop produces (a
+        seeder's events, collected alongside): while it says no, nothing more is claimed;
+        `wake()` when it may say yes again (it is asked at the next poll otherwise)."""
         self.queue = queue
         self.process = process
         self.settings = settings or LoopSettings()
         self.stop = stop or GracefulStop()
         self.on_commit = on_commit
+        self.may_claim = may_claim
         self.stats = LoopStats()
         self._todo: asyncio.Queue[U | None] = asyncio.Queue()
         self._results: deque[R] = deque()
@@ -125,6 +130,12 @@ class WorkLoop(Generic[U, R]):
         self._in_worker: dict[int, U] = {}
         self._committer_task: asyncio.Task[None]
         self._failure: BaseException | None = None  # what `process` raised: it ends the run
+
+    @property
+    def idle(self) -> bool:
+        """The last claim found less than it asked for, and everything claimed is committed
+        or given back: this loop waits for work."""
+        return self._drained and self._outstanding == 0
 
     def wake(self) -> None:
         """New work may be claimable (another producer registered some): claim now rather
@@ -194,7 +205,7 @@ class WorkLoop(Generic[U, R]):
             # Claim in batches: once the ready units are used up (room for `ahead` more),
             # or for whatever room there is when the queue ran short last time.
             wanted = ahead if not self._drained else 1
-            if room >= wanted:
+            if room >= wanted and (self.may_claim is None or self.may_claim()):
                 units = await self.queue.claim(room)
                 self._drained = len(units) < room
                 if units and not self.stop.requested and self._failure is None:
