@@ -56,7 +56,9 @@ def validate_version(version: str, crate: str) -> str:
         reason = f"longer than {MAX_VERSION_LENGTH} characters"
     elif not version.isascii() or not _SEMVER.fullmatch(version):
         reason = "not a semantic version (MAJOR.MINOR.PATCH[-PRE][+BUILD], no leading zeros)"
-    elif any(int(n) > U64_MAX for n in version.split("+")[0].split("-")[0].split(".")):
+    elif len(version) >= 20 and any(  # (2^64 - 1 has 20 digits: a shorter one fits)
+        int(n) > U64_MAX for n in version.split("+")[0].split("-")[0].split(".")
+    ):
         reason = "a number is larger than 2^64 - 1"
     else:
         return version
