@@ -90,8 +90,16 @@ def _is_pre(text: str) -> bool:
         return False
 
 
+def _pre_and_key(text: str) -> tuple[bool, tuple[int, object, str]]:
+    try:
+        version = Version.parse(text)
+    except ValueError:
+        return False, (1, (), text)
+    return version.is_prerelease, (0, version._key(), text)
+
+
 # Cargo's order, as the VERSION/PRODUCT owners take it.
-SEMVER = VersionOrder(sort_key, _is_pre)
+SEMVER = VersionOrder(sort_key, _is_pre, _pre_and_key)
 
 
 # --- Version requirements, as cargo reads them (`1.2`, `^1.2.3`, `~1.2`, `>=1, <2`, `1.*`) ---

@@ -29,6 +29,13 @@ class VersionOrder:
 
     key: Callable[[str], Any]
     is_prerelease: Callable[[str], bool]
+    # (is_prerelease, key) from one parse, when the order can give both at once
+    both: Callable[[str], tuple[bool, Any]] | None = None
+
+    def prerelease_and_key(self, version: str) -> tuple[bool, Any]:
+        if self.both is not None:
+            return self.both(version)
+        return self.is_prerelease(version), self.key(version)
 
 
 class LatestVersion:
@@ -37,18 +44,18 @@ class LatestVersion:
     highest version of all (every one yanked). COMP_STATUS is ACTIVE while any version is not
     yanked."""
 
-    __slots__ = ("_best", "_order")
+    __slots__ = ("_best", "_keys", "_order")
 
     def __init__(self, order: VersionOrder) -> None:
         self._order = order
         self._best: list[str | None] = [None, None, None]  # final, pre-release, yanked
+        self._keys: list[Any] = [None, None, None]  # their sort keys, made once each
 
     def add(self, version: str, yanked: bool) -> None:
-        order = self._order
-        rank = 2 if yanked else 1 if order.is_prerelease(version) else 0
-        best = self._best[rank]
-        if best is None or order.key(version) > order.key(best):
-            self._best[rank] = version
+        pre, key = self._order.prerelease_and_key(version)
+        rank = 2 if yanked else 1 if pre else 0
+        if self._best[rank] is None or key > self._keys[rank]:
+            self._best[rank], self._keys[rank] = version, key
 
     @property
     def latest(self) -> str | None:
