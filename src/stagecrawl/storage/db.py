@@ -83,11 +83,16 @@ PG_CI_COLLATION = "stagecrawl_ci"
 DERIVED_FROM_OSV = {"derived": "OSV advisories (`stagecrawl crates vulns` refills them)"}
 
 
+# One encoder for every JSON column value: json.dumps with options builds a new JSONEncoder
+# on each call (a few per VERSION row).
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def dumps(value: Any) -> str | None:
     """Canonical compact JSON for JSON columns (None stays NULL)."""
     if value is None:
         return None
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _ENCODER.encode(value)
 
 
 @dataclass(frozen=True)
