@@ -147,6 +147,12 @@ def test_collect_waits_out_a_long_retry_after_off_the_ladder(
     assert len(waited) == document["waiting"]["items"]
     assert all("asked for a pause" in str(reason) for (reason,) in waited)
     assert rows(db, f"SELECT COUNT(*) FROM {VERSION}") == [(0,)]
+    # `status` says what waits and why, and that nothing is on a ladder.
+    status = stagecrawl("status", "--db", f"sqlite:///{db}", "--format", "json")
+    assert status.returncode == 0, status.stderr
+    pypi = json.loads(status.stdout)["pypi"]
+    assert pypi["waiting"] == document["waiting"]
+    assert pypi["ladder"] == [] and pypi["seed_ladder"] == []
 
     # The table report too: the line on stderr, exit 1.
     table = stagecrawl("pypi", "collect", "--db", f"sqlite:///{db}", *urls(origin))
