@@ -14,10 +14,12 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import redis
 
 from stagecrawl.queue import utcnow
 from stagecrawl.testing.pypi_origin import PyPIOrigin, synthetic_project
 from tests.cli import stagecrawl
+from tests.services import REDIS_URL
 
 NAMES = [f"paused-{i}" for i in range(4)]
 LIST, SEED = "TB_COMP_LIB_PYPI_LIST", "TB_STAGECRAWL_SEED_PYPI"
@@ -195,3 +197,31 @@ def test_refresh_waits_out_a_long_retry_after(origin: PyPIOrigin, tmp_path: Path
     assert after.returncode == 0, after.stderr
     assert "rerun after that" not in after.stderr
     assert rows(db, yanked) == [(1,)]
+
+
+def test_with_a_shared_limiter_a_rerun_within_the_pause_sends_nothing(
+    origin: PyPIOrigin, tmp_path: Path
+) -> None:
+    db = tmp_path / "shared.db"
+    shared = ["--db", f"sqlite:///{db}", *urls(origin), "--redis-url", REDIS_URL]
+    host_key = f"stagecrawl:pace:host:{origin.url}"  # the host's pause, kept by Redis
+    try:
+        rate_limit(origin)
+        first = stagecrawl("pypi", "crawl", *NAMES, *shared)
+        assert first.returncode == 1, first.stderr
+        waiting_line(first.stderr, origin)
+        for attempt in range(2):  # reruns within the pause, as a user would try
+            sent = len(origin.log)
+            again = stagecrawl("pypi", "crawl", *NAMES, *shared)
+            assert again.returncode == 1, again.stderr
+            assert len(origin.log) == sent, attempt  # not one request
+            assert "; nothing sent; " in waiting_line(again.stderr, origin)
+            assert {s[0] for s in rows(db, f"SELECT STATE FROM {SEED}")} == {0}
+
+        redis.Redis.from_url(REDIS_URL).delete(host_key)  # the pause is over
+        recover(origin, db)
+        after = stagecrawl("pypi", "crawl", *NAMES, *shared)
+        assert after.returncode == 0, after.stderr
+        assert rows(db, f"SELECT COUNT(*) FROM {VERSION}") == [(3 * len(NAMES),)]
+    finally:
+        redis.Redis.from_url(REDIS_URL).delete(host_key)
