@@ -1,7 +1,8 @@
 """`stagecrawl pypi …`: parse options, call the PyPI pipeline, render its report, exit.
 
 Same shapes, exit codes and `--format` as `stagecrawl crates …`: 0 ok, 1 something failed or
-waits on a retry ladder, 2 bad input or configuration, 130/143 stopped by a signal."""
+waits (on a retry ladder, or for a host's pause: one line says when to rerun), 2 bad input or
+configuration, 130/143 stopped by a signal."""
 
 from __future__ import annotations
 
