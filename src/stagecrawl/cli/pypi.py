@@ -43,6 +43,7 @@ from stagecrawl.cli.common import (
     settings_from,
     show,
 )
+from stagecrawl.components import open_database
 from stagecrawl.engine.fetcher import require_contact
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.errors import InputError
@@ -58,7 +59,6 @@ from stagecrawl.sca.ecosystem import utcnow
 from stagecrawl.sca.report_json import audit_json
 from stagecrawl.sca.sarif import audit_sarif
 from stagecrawl.settings import Settings
-from stagecrawl.storage.db import Database
 
 app = typer.Typer(
     help="The PyPI pipeline: seed, collect, crawl, lock, audit…", no_args_is_help=True
@@ -196,7 +196,7 @@ async def _collect(
 ) -> int:
     client = make_client(s)
     async with client.fetcher:
-        database = Database(s.db)  # after every check: a refused start creates nothing
+        database = open_database(s)  # after every check: a refused start creates nothing
         with progress("collecting", fmt) as bar:
             report = await pipeline.collect(
                 database,
@@ -217,7 +217,7 @@ async def _seed(
 ) -> int:
     client = make_client(s)
     async with client.fetcher:
-        database = Database(s.db)
+        database = open_database(s)
         report = await pipeline.seed(
             database, client, names, stop, s.concurrency, resync, s.grace_period
         )
@@ -331,7 +331,7 @@ async def _lock(
     found = await pipeline.lock_files(
         repo, tags, pattern, all_tags, lockfile, Path(s.cache_dir), stop
     )
-    database = Database(s.db)  # the inputs were read: a bad one creates nothing
+    database = open_database(s)  # the inputs were read: a bad one creates nothing
     report = pipeline.register_locks(database, found)
     render_lock(report, fmt)
     return exit_code(report.problems, report.interrupted, stop)
@@ -411,7 +411,7 @@ def vulns_command(
         if scope not in sca.SCOPES:
             raise InputError(f"--scope must be 'collected' or 'all', not {scope!r}")
         data = await _osv_source(s, source, max_archive_mb * 1024 * 1024, stop)
-        database = Database(s.db)
+        database = open_database(s)
         report = await asyncio.to_thread(sca.import_osv, database, data, scope, max_entry_kb * 1024)
 
         def tables() -> None:
@@ -618,7 +618,7 @@ def refresh_command(
     async def body(stop: GracefulStop) -> int:
         client = make_client(s)
         async with client.fetcher:
-            database = Database(s.db)
+            database = open_database(s)
             report = await refresh(database, client, wanted, stop, s.concurrency)
             collected: CollectReport | None = None
             if collect and report.new_events and not stop.requested:
