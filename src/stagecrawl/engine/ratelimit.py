@@ -352,10 +352,14 @@ class LocalLimiter:
         clock: Clock | None = None,
         margin: float = DEFAULT_MARGIN,
         adaptive: Adaptive | None = None,
+        record_grants: bool = False,
     ) -> None:
         self.margin = margin
         self.adaptive = adaptive or Adaptive()
         self._clock = clock or RealClock()
+        # (lane, clock time) of each grant when asked for: the pacing the limiter decided,
+        # free of the caller's scheduling after the await (off by default: memory stays flat).
+        self.grants: list[tuple[str, float]] | None = [] if record_grants else None
         self._lanes: dict[str, _LaneState] = {}
         self._cooldown_until: dict[str, float] = {}
         self._waits = WaitLog()
@@ -416,6 +420,8 @@ class LocalLimiter:
             state.tat = tat + interval
         for grants in state.logs:
             grants.append(now)
+        if self.grants is not None:
+            self.grants.append((lane.name, now))
 
     async def acquire(
         self,

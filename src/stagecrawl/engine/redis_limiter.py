@@ -47,7 +47,7 @@ local now = (tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000) * scale
 # KEYS: lane hash, host hash, one list per budget (newest grant first).
 # ARGV: scale, nominal rate/s (0 = unpaced), burst, margin, quiet ms, recover step, n budgets,
 #       then limit and window ms per budget.
-# Returns {wait ms, why, new rate if it changed here else ''}.
+# Returns {wait ms, why, new rate if it changed here else '', and on a grant its time in ms}.
 _ACQUIRE = (
     _NOW
     + """
@@ -103,7 +103,7 @@ for i = 1, n do
   redis.call('PEXPIRE', KEYS[2 + i],
     math.ceil(tonumber(ARGV[7 + 2 * i]) * 2 / tonumber(ARGV[1])) + keep)
 end
-return {'0', 'granted', changed}
+return {'0', 'granted', changed, tostring(now)}
 """
 )
 
@@ -160,8 +160,12 @@ class RedisLimiter:
         time_scale: float = 1.0,
         safe_url: str | None = None,
         outage_seconds: float = DEFAULTS.outage_seconds,
+        record_grants: bool = False,
     ) -> None:
         self.url = url
+        # (lane, Redis's scaled time in s) of each grant when asked for: the pacing the script
+        # decided, free of the round trip back (off by default: memory stays flat).
+        self.grants: list[tuple[str, float]] | None = [] if record_grants else None
         self.outage_seconds = outage_seconds  # how long a lost Redis is waited for
         self._outage_since: float | None = None
         self.safe_url = safe_url or url
@@ -269,7 +273,9 @@ class RedisLimiter:
         while True:
             if stop is not None and stop.requested:
                 raise Unsent(WaitReason.STOP)
-            wait_ms, why, changed = await self._call(self._acquire, keys, args)
+            wait_ms, why, changed, *granted = await self._call(self._acquire, keys, args)
+            if granted and self.grants is not None:
+                self.grants.append((lane.name, float(granted[0]) / 1000.0))
             if changed:
                 self._note_change(lane, float(changed), slowed=False)
             wait = float(wait_ms) / 1000.0
