@@ -91,7 +91,7 @@ def test_collect_stops_and_gives_back_every_lease(mirror: Mirror, tmp_path: Path
     assert held_leases(url) == []  # not held for the lease's 15 minutes
 
 
-def test_lock_stops(mirror: Mirror, tmp_path: Path) -> None:
+def _lock_file(tmp_path: Path) -> Path:
     lock = tmp_path / "Cargo.lock"
     lock.write_text(
         "version = 3\n"
@@ -101,12 +101,42 @@ def test_lock_stops(mirror: Mirror, tmp_path: Path) -> None:
             for n in NAMES
         )
     )
+    return lock
+
+
+def test_lock_stops(mirror: Mirror, tmp_path: Path) -> None:
+    # An index request on the wire that would stall for 30 s: the stop gives it the grace
+    # period (1 s here), as the work loops do, then gives it back; it never waits the stall.
+    lock = _lock_file(tmp_path)
     mirror.index.rule("/*", stall=30)
     url = f"sqlite:///{tmp_path / 'lock.db'}"
     process = spawn("crates", "lock", "--lockfile", str(lock), "--db", url, *mirror.urls(), env=ENV)
-    code, took, stderr, *_ = stop_when(process, lambda: bool(mirror.index.log), signal.SIGINT)
+    code, took, stderr, sent, _ = stop_when(process, lambda: bool(mirror.index.log), signal.SIGINT)
     assert code == 130, stderr
-    assert took < BOUND, took
+    assert "did not finish within the grace period" in stderr and "Traceback" not in stderr
+    assert took < 15, took  # bounded by the grace period, not by the 30 s stall
+    assert sent_after(mirror.index, sent) == []
+    mirror.index.clear_rules()
+    rerun = stagecrawl("crates", "lock", "--lockfile", str(lock), "--db", url, *mirror.urls())
+    assert rerun.returncode == 0, rerun.stderr
+
+
+def test_lock_lets_a_request_on_the_wire_finish_within_the_grace_period(
+    mirror: Mirror, tmp_path: Path
+) -> None:
+    # The answer takes 3 s, the grace period is 60 s: the stop waits for it rather than
+    # dropping it, sends nothing more, and exits 130 without a grace-period line.
+    lock = _lock_file(tmp_path)
+    mirror.index.rule("/*", stall=3)
+    url = f"sqlite:///{tmp_path / 'lock.db'}"
+    env = {"STAGECRAWL_GRACE_PERIOD": "60"}
+    process = spawn("crates", "lock", "--lockfile", str(lock), "--db", url, *mirror.urls(), env=env)
+    stopped = stop_when(process, lambda: bool(mirror.index.log), signal.SIGTERM)
+    assert stopped.code == 143, stopped.stderr
+    assert "grace period" not in stopped.stderr and "Traceback" not in stopped.stderr
+    # waited for the answer (the stall's remaining 2.8 s; a load only makes it later)
+    assert stopped.took >= 2.0, stopped.took
+    assert sent_after(mirror.index, stopped.sent) == []
 
 
 def test_refresh_stops(mirror: Mirror, tmp_path: Path) -> None:

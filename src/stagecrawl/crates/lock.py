@@ -28,6 +28,7 @@ from stagecrawl.engine.git import run_git as _run
 from stagecrawl.engine.git import select_tags as select_tags
 from stagecrawl.engine.shutdown import GracefulStop, Interrupted
 from stagecrawl.errors import FetchError, InputError, NotFound
+from stagecrawl.settings import DEFAULTS
 from stagecrawl.storage.db import Database
 
 log = logging.getLogger("stagecrawl.lock")
@@ -160,6 +161,7 @@ async def register_lock(
     packages: list[LockedPackage],
     pinned_only: bool,
     stop: GracefulStop | None = None,
+    grace_period: float = DEFAULTS.grace_period,
 ) -> None:
     """Register the events one lock asks for, tagged with its label: every version of each
     crate it names (from the index, yanked flagged), or with `pinned_only` just the pins,
@@ -192,7 +194,10 @@ async def register_lock(
         if stop is not None and stop.requested:
             raise Interrupted("lock registration stopped")
         try:
-            entry = await client.index(name)
+            # A stop while the request is on the wire: the engine's grace period, then given
+            # back (Interrupted), the tag's registration not committed; the rerun redoes it.
+            request = client.index(name)
+            entry = await (request if stop is None else stop.within_grace(request, grace_period))
         except NotFound:
             missing.append(name)
             continue

@@ -313,6 +313,7 @@ async def lock(
     index_url: str,
     pinned_only: bool,
     stop: GracefulStop,
+    grace_period: float = DEFAULTS.grace_period,
 ) -> LockReport:
     """Register what each tag's (or the lock file's) resolved Cargo.lock uses. The database
     is opened on the first registration: an input that fails throughout creates nothing."""
@@ -331,7 +332,7 @@ async def lock(
             else:
                 packages, tag_report.kind = inputs.lockfile_packages, LOCKFILE
             db = db or open_db()
-            await register_lock(db, client, tag_report, packages, pinned_only, stop)
+            await register_lock(db, client, tag_report, packages, pinned_only, stop, grace_period)
         except InputError as exc:
             tag_report.error = str(exc)
         except Interrupted:
@@ -423,6 +424,7 @@ async def run_lock(
             s.index_url,
             pinned_only,
             stop,
+            s.grace_period,
         )
         report.settings = effective(fetcher, {})
     return report

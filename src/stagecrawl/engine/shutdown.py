@@ -147,6 +147,34 @@ class GracefulStop:
             raise Interrupted("stopped")
         return work.result()
 
+    async def within_grace(self, awaitable: Awaitable[T], grace: float) -> T:
+        """Await `awaitable`, an exchange that goes on the wire, the way a work loop treats one:
+        a stop lets it finish within `grace` seconds more (its answer is used), then it is
+        cancelled and Interrupted raised. For the phases outside a work loop (`crates lock`),
+        so a stop neither waits on a stalled origin unboundedly nor drops an answer on its
+        way. A wait before the send (a token, a cooldown) ends at the stop with Unsent."""
+        work = asyncio.ensure_future(awaitable)
+        try:
+            if not self.requested:
+                stopped = asyncio.ensure_future(self.event.wait())
+                try:
+                    await asyncio.wait({work, stopped}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    stopped.cancel()
+                    await asyncio.gather(stopped, return_exceptions=True)
+            if not work.done():
+                await asyncio.wait({work}, timeout=grace)
+        except BaseException:  # our caller was cancelled: the exchange goes with it
+            work.cancel()
+            await asyncio.gather(work, return_exceptions=True)
+            raise
+        if not work.done():
+            work.cancel()
+            await asyncio.gather(work, return_exceptions=True)
+            log.warning("a request did not finish within the grace period (%gs): given back", grace)
+            raise Interrupted("past the grace period")
+        return work.result()
+
     async def wait(self, timeout: float | None) -> bool:
         """Sleep up to `timeout` seconds or until a stop; True when stopped."""
         if not self.requested:
