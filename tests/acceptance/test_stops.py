@@ -219,7 +219,8 @@ def test_seeding_at_one_request_a_second_sends_nothing_after_the_stop(
     assert stopped.code == exit_code(sig), stopped.stderr
     assert stopped.took < BOUND, stopped.took
     assert sent_after(mirror.index, stopped.sent) == []
-    assert "lane_rate" in stopped.stderr  # the waiting seeds were given back, and why
+    # the waiting seeds were given back, and why, in words
+    assert "waiting on our index lane" in stopped.stderr, stopped.stderr
     assert "Traceback" not in stopped.stderr
     assert len(mirror.index.log) < len(NAMES)
     again = stagecrawl(*args, env=ENV)
@@ -283,6 +284,8 @@ def test_a_429_cooldown_stops_at_once(mirror: Mirror, tmp_path: Path, sig: signa
     assert sent_after(mirror.api, stopped.sent) == []
     assert len(mirror.api.log) == 1  # the host is paused: only the first saw the 429
     assert "cooldown" in stopped.stderr
+    # the report names the cause of what went back, in words: the server's, not ours
+    assert "on the server's Retry-After" in stopped.stdout, stopped.stdout
     assert max(collected(url)) < 30  # the 429's crate too waits, it does not fail
     mirror.api.clear_rules()
     again = stagecrawl(*args, env=ENV)

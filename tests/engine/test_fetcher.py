@@ -300,7 +300,8 @@ async def test_a_token_goes_only_to_its_lane_never_after_redirect(
     [
         (0.05, (), {}, WaitReason.LANE_RATE),  # our rate: one request per 20 s
         (50.0, (Budget(1, 600),), {}, WaitReason.BUDGET),  # our budget: one per 10 min
-        (50.0, (), {"too_many": 1, "retry_after": "300"}, WaitReason.COOLDOWN),  # theirs
+        # theirs: a host's cooldown, named by who asked for it (the server's Retry-After)
+        (50.0, (), {"too_many": 1, "retry_after": "300"}, WaitReason.RETRY_AFTER),
         (50.0, (), {"fail_times": 5, "fail_status": 500}, WaitReason.BACKOFF),
     ],
 )
@@ -319,7 +320,7 @@ async def test_a_stop_ends_every_wait_at_once_and_nothing_more_is_sent(
     lanes = Lanes([Lane("api", origin.url + "/", Rate(lane_rate), budgets)])
     settings = FetchSettings(backoff_base=30.0, backoff_cap=30.0)
     async with Fetcher(settings, lanes, rng=random.Random(1), stop=stop) as fetcher:
-        if reason is not WaitReason.COOLDOWN and reason is not WaitReason.BACKOFF:
+        if reason is not WaitReason.RETRY_AFTER and reason is not WaitReason.BACKOFF:
             await fetcher.get(origin.url + "/a.json")  # takes the token / the budget
         waiting = asyncio.ensure_future(fetcher.get(origin.url + "/b.json"))
         await asyncio.sleep(0.3)
@@ -331,6 +332,8 @@ async def test_a_stop_ends_every_wait_at_once_and_nothing_more_is_sent(
             await waiting
         assert time.monotonic() - started < 5.0  # at once, not after the wait (≥ 20 s)
         assert given_back.value.reason is reason
+        if reason in (WaitReason.LANE_RATE, WaitReason.BUDGET):  # and whose: the summary says
+            assert given_back.value.lane == "api"
         with pytest.raises(Unsent):  # and nothing new goes out after the stop
             await fetcher.get(origin.url + "/a.json")
     assert len(origin.log) == seen

@@ -53,6 +53,7 @@ from stagecrawl.crates.dbdump import DEFAULT_DUMP_URL
 from stagecrawl.crates.names import validate_name
 from stagecrawl.crates.queue import COLLECTED, NOT_FOUND, SKIPPED
 from stagecrawl.engine.shutdown import GracefulStop
+from stagecrawl.engine.work import describe_given_back
 from stagecrawl.errors import InputError
 from stagecrawl.settings import Settings
 
@@ -118,6 +119,8 @@ def render_collect(report: pipeline.CollectReport, fmt: Format) -> None:
                 rows["crates lost to another worker"] = summary.lost_leases
             if summary.interrupted:
                 rows["returned to the queue"] = summary.released
+                if summary.given_back:
+                    rows["  given back"] = describe_given_back(summary.given_back)
         else:
             rows = {}
         problems = _index_problems(report)

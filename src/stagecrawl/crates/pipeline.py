@@ -105,6 +105,7 @@ class CollectReport:
                 "waiting": dict(sorted(c.waiting.items())),
                 "lost_leases": c.lost_leases,
                 "released": c.released,
+                "given_back": dict(sorted(c.given_back.items())),
                 "interrupted": c.interrupted,
                 "wall_seconds": round(c.wall_seconds, 3),
             }

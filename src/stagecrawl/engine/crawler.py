@@ -33,7 +33,7 @@ from stagecrawl.engine.jsonstore import JsonStore
 from stagecrawl.engine.progress import ProgressReporter
 from stagecrawl.engine.request import Item, Request
 from stagecrawl.engine.shutdown import GracefulStop
-from stagecrawl.engine.work import LoopSettings, LoopStats, WorkLoop
+from stagecrawl.engine.work import LoopSettings, LoopStats, WorkLoop, describe_given_back
 from stagecrawl.errors import FetchError
 
 log = logging.getLogger("stagecrawl.crawler")
@@ -89,8 +89,8 @@ class CrawlSummary:
             rows[f"  failed ×{attempts}: {url}"] = why
         if self.interrupted:
             rows["returned to the frontier"] = self.released
-            for why, count in sorted(self.given_back.items()):
-                rows[f"  returned: {why}"] = count
+            if self.given_back:
+                rows["  given back"] = describe_given_back(self.given_back)
         rows["wall time"] = f"{self.wall_seconds:.1f}s"
         return rows
 

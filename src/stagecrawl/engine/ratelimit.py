@@ -288,11 +288,16 @@ class WaitLog:
 
 
 async def wait_or_stop(
-    clock: Clock, seconds: float, reason: WaitReason, stop: GracefulStop | None
+    clock: Clock,
+    seconds: float,
+    reason: WaitReason,
+    stop: GracefulStop | None,
+    lane: str | None = None,
 ) -> None:
-    """Sleep `seconds` on `clock`; a stop ends the wait at once with Unsent(reason)."""
+    """Sleep `seconds` on `clock`; a stop ends the wait at once with Unsent(reason), naming
+    the lane it waited on (the stop summary says which)."""
     if await sleep_unless_stopped(clock.sleep(seconds), stop):
-        raise Unsent(reason, seconds)
+        raise Unsent(reason, seconds, lane)
 
 
 class Limiter(Protocol):
@@ -448,7 +453,9 @@ class LocalLimiter:
                 source = self._cooldown_source.get(origin, WaitReason.RETRY_AFTER)
                 raise WaitTooLong(wait, why, reason, source)
             self._waits.note(lane, reason, why, wait, now)
-            await wait_or_stop(clock, wait, reason, stop)
+            if reason is WaitReason.COOLDOWN:  # the summary names who asked for the pause
+                reason = self._cooldown_source.get(origin, WaitReason.RETRY_AFTER)
+            await wait_or_stop(clock, wait, reason, stop, lane.name)
 
     async def pause(
         self, origin: str, seconds: float, source: WaitReason = WaitReason.RETRY_AFTER

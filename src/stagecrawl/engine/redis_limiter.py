@@ -289,7 +289,7 @@ class RedisLimiter:
                 raise WaitTooLong(wait, why_text, WaitReason.COOLDOWN, source)
             reason, detail = _REASONS.get(why, (WaitReason.LANE_RATE, "lane rate"))
             self._waits.note(lane, reason, f"{lane.name} {detail} (shared)", wait, started + waited)
-            await wait_or_stop(self._clock, wait, reason, stop)
+            await wait_or_stop(self._clock, wait, reason, stop, lane.name)
 
     def _note_change(self, lane: Lane, rate: float, slowed: bool) -> None:
         self._rates[lane.name] = rate

@@ -53,10 +53,11 @@ class Unsent(BaseException):
     a failure. The work loop catches it and releases the unit; a command outside a work loop
     exits with the stop's status."""
 
-    def __init__(self, reason: WaitReason, seconds: float = 0.0) -> None:
+    def __init__(self, reason: WaitReason, seconds: float = 0.0, lane: str | None = None) -> None:
         super().__init__(f"stopped while waiting for {reason.value} ({seconds:.0f}s left)")
         self.reason = reason
         self.seconds = seconds
+        self.lane = lane  # the lane whose rate or budget it waited on, for the summary
 
 
 _current: ContextVar[GracefulStop | None] = ContextVar("stagecrawl_stop", default=None)

@@ -29,10 +29,11 @@ import contextlib
 import logging
 import time
 from collections import Counter, deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
+from stagecrawl.engine.ratelimit import WaitReason
 from stagecrawl.engine.shutdown import GracefulStop, Unsent, stopping_on
 from stagecrawl.settings import DEFAULTS
 
@@ -93,9 +94,43 @@ class LoopStats:
     wall_seconds: float = 0.0
     errors: Counter[str] = field(default_factory=Counter)
     # Given back on a stop, by why: "unstarted", what a unit was waiting for when the stop
-    # came (a WaitReason: lane_rate, budget, cooldown, backoff, stop), or "grace_period" (on
-    # the wire past the grace period, cancelled).
+    # came (a WaitReason: lane_rate and budget with ":lane", retry_after or backoff for a
+    # host's pause, backoff, stop), or "grace_period" (on the wire past the grace period,
+    # cancelled). `describe_given_back` says it in words.
     given_back: Counter[str] = field(default_factory=Counter)
+
+
+# The words of the stop summaries for each cause a unit was given back for.
+_GIVEN_BACK_WORDS = {
+    "unstarted": "not started",
+    "lane_rate": "waiting on our {lane}lane",
+    "budget": "waiting on our {lane}lane's budget",
+    "cooldown": "on the server's 429 cooldown",
+    "retry_after": "on the server's Retry-After",
+    "backoff": "on our backoff",
+    "stop": "stopped before sending",
+    "grace_period": "past the grace period",
+}
+# Most given-back causes first in a summary: ours, then the server's, then what was cut off.
+_GIVEN_BACK_ORDER = list(_GIVEN_BACK_WORDS)
+
+
+def describe_given_back(given: Mapping[str, int]) -> str:
+    """ "3 waiting on our API lane, 1 on the server's Retry-After, 2 past the grace period"
+    from LoopStats.given_back (an unknown cause is named as it is stored)."""
+
+    def words(key: str) -> str:
+        reason, _, lane = key.partition(":")
+        text = _GIVEN_BACK_WORDS.get(reason, reason)
+        label = lane.upper() if lane == "api" else lane
+        return text.format(lane=f"{label} " if label else "")
+
+    def order(key: str) -> tuple[int, str]:
+        reason = key.partition(":")[0]
+        place = _GIVEN_BACK_ORDER.index(reason) if reason in _GIVEN_BACK_ORDER else 99
+        return place, key
+
+    return ", ".join(f"{given[key]} {words(key)}" for key in sorted(given, key=order) if given[key])
 
 
 class WorkLoop(Generic[U, R]):
@@ -171,13 +206,12 @@ class WorkLoop(Generic[U, R]):
         self.stats.interrupted = self.stop.requested
         self.stats.wall_seconds = time.monotonic() - started
         if self.stats.interrupted:
-            given = self.stats.given_back
-            why = ", ".join(f"{n} {reason}" for reason, n in sorted(given.items()))
+            why = describe_given_back(self.stats.given_back)
             log.warning(
                 "stopped: %d unit(s) finished and written, %d given back%s",
                 self.stats.completed,
                 self.stats.released,
-                f" ({why})" if why else "",
+                f": {why}" if why else "",
             )
         return self.stats
 
@@ -266,7 +300,9 @@ class WorkLoop(Generic[U, R]):
                 # untouched (no failure, no ladder). The worker takes its end-of-work marker.
                 self._in_worker.pop(number, None)
                 await self._release([unit])
-                self.stats.given_back[str(unsent.reason)] += 1
+                lane = f":{unsent.lane}" if unsent.lane else ""
+                bounded = unsent.reason in (WaitReason.LANE_RATE, WaitReason.BUDGET)
+                self.stats.given_back[f"{unsent.reason}{lane if bounded else ''}"] += 1
                 continue
             except Exception as exc:
                 # `process` turns every failure it expects into a result; anything else is a
