@@ -145,7 +145,7 @@ def test_four_workers_one_killed_share_the_queue_and_the_limit(
     index, api = fleet
     urls = ["--index-url", index.url + "/", "--api-url", api.url + "/"]
     reference = f"sqlite:///{tmp_path / 'one.db'}"
-    single = stagecrawl("crates", "crawl", *CRATES, "--db", reference, *urls, "--api-rate", "5")
+    single = stagecrawl("crates", "crawl", *CRATES, "--db", reference, *urls, "--api-rate", "4")
     assert single.returncode == 0, single.stderr
     api.log.clear()
 
@@ -156,8 +156,12 @@ def test_four_workers_one_killed_share_the_queue_and_the_limit(
         "--db",
         db_url,
         *urls,
+        # 4/s shared against an origin that answers 429 past 5 in any second: the spare
+        # request a second absorbs arrival jitter (a grant on time reaching the origin late,
+        # the next on time) on a loaded machine; four workers that did not share the limit
+        # would send 16/s.
         "--api-rate",
-        "5",
+        "4",
         "--redis-url",
         REDIS_URL,
         "--lease-seconds",
@@ -194,7 +198,7 @@ def test_four_workers_one_killed_share_the_queue_and_the_limit(
     assert {s.PROCESSED for s in states} == {1} and {s.CLAIMED_BY for s in states} == {None}
     assert versions(db_url) == versions(reference)  # as if one worker had done it all
     assert not [r for r in api.log if r.status == 429]  # four workers, one shared limit
-    assert api.max_in_window("/api/*", 1.0) <= 5
+    assert api.max_in_window("/api/*", 1.0) <= 5  # the origin's limit, never past it
     _drop_tables(db_url)
 
 
