@@ -82,7 +82,7 @@ async def test_retry_after_above_maximum_raises_at_once(origin: TestOrigin) -> N
     with pytest.raises(RateLimited) as caught:
         await fetcher.get(origin.url + "/x.json")
     await fetcher.aclose()
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 60  # not the hour it asked for (load-proof margin)
     assert caught.value.retry_after == 3600 and caught.value.attempts == 1
     assert len(origin.requests_to("/x.json")) == 1  # no hammering
 
@@ -164,7 +164,8 @@ async def test_a_trickling_body_is_cut_at_the_deadline(origin: TestOrigin) -> No
     async with Fetcher(settings) as fetcher:
         with pytest.raises(TransientError) as caught:
             await fetcher.get(origin.url + "/slow")
-    assert time.monotonic() - started < 3.0
+    # cut at the deadline, not after the 200 s the body takes (a margin no load reaches)
+    assert time.monotonic() - started < 30.0
     assert "deadline of 1s passed" in caught.value.reason
 
 
@@ -330,7 +331,7 @@ async def test_a_stop_ends_every_wait_at_once_and_nothing_more_is_sent(
         stop.request()
         with pytest.raises(Unsent) as given_back:
             await waiting
-        assert time.monotonic() - started < 5.0  # at once, not after the wait (≥ 20 s)
+        assert time.monotonic() - started < 15.0  # at once, not after the wait (≥ 20 s)
         assert given_back.value.reason is reason
         if reason in (WaitReason.LANE_RATE, WaitReason.BUDGET):  # and whose: the summary says
             assert given_back.value.lane == "api"
