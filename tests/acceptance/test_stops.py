@@ -1,4 +1,5 @@
-"""SIGINT and SIGTERM stop every phase within 2 s plus the grace period, print what was done,
+"""SIGINT and SIGTERM stop every phase without waiting out what it waits for (how fast: the
+issue's 2 s plus the grace period, is bench/stops.py's to measure), print what was done,
 exit 130 or 143, and leave no lease behind; no wait is unbounded (a Retry-After past the
 maximum fails the request instead of putting the process to sleep).
 
@@ -26,7 +27,11 @@ from tests.acceptance.conftest import NAMES, Mirror, dump, spawn, stagecrawl
 
 GRACE = 1.0
 ENV = {"STAGECRAWL_GRACE_PERIOD": str(GRACE)}
-BOUND = 2.0 + GRACE + 1.5  # the promise, plus process start-up and teardown on a busy machine
+# Far short of every wait these phases hold (a 30 s stall, 29 s of seeding or lock at 1/s,
+# 10 s a request at 0.1/s, a 600 s budget, a 120 s Retry-After, a 5,000 s trickle), so a
+# stop that waited one out fails, and far from what a loaded machine's start-up and teardown
+# add. How fast a stop is (the issue's 2 s) is measured by bench/stops.py, against a baseline.
+BOUND = 15.0
 
 
 class Stopped(NamedTuple):
@@ -114,7 +119,7 @@ def test_lock_stops(mirror: Mirror, tmp_path: Path) -> None:
     code, took, stderr, sent, _ = stop_when(process, lambda: bool(mirror.index.log), signal.SIGINT)
     assert code == 130, stderr
     assert "did not finish within the grace period" in stderr and "Traceback" not in stderr
-    assert took < 15, took  # bounded by the grace period, not by the 30 s stall
+    assert took < BOUND, took  # bounded by the grace period, not by the 30 s stall
     assert sent_after(mirror.index, sent) == []
     mirror.index.clear_rules()
     rerun = stagecrawl("crates", "lock", "--lockfile", str(lock), "--db", url, *mirror.urls())
