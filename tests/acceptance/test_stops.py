@@ -104,9 +104,15 @@ def test_lock_stops(mirror: Mirror, tmp_path: Path) -> None:
     mirror.index.rule("/*", stall=30)
     url = f"sqlite:///{tmp_path / 'lock.db'}"
     process = spawn("crates", "lock", "--lockfile", str(lock), "--db", url, *mirror.urls(), env=ENV)
-    code, took, stderr, *_ = stop_when(process, lambda: bool(mirror.index.log), signal.SIGINT)
+    code, _, stderr, _, stdout = stop_when(process, lambda: bool(mirror.index.log), signal.SIGINT)
     assert code == 130, stderr
-    assert took < BOUND, took
+    # The index request on the wire got the grace period and was then cancelled by the phase
+    # itself, which reports what it did; not cut off by the command's watchdog (grace + 2 s),
+    # which prints no report. (How fast, in seconds, is bench/stops.py's business.)
+    assert "did not finish within the grace period" in stderr, stderr
+    assert "interrupted" in stdout and "lock totals" in stdout, stdout
+    assert "stopped after the grace period" not in stdout + stderr
+    assert "Traceback" not in stderr
 
 
 def test_refresh_stops(mirror: Mirror, tmp_path: Path) -> None:
