@@ -314,11 +314,17 @@ class WaitLog:
 
 
 async def wait_or_stop(
-    clock: Clock, seconds: float, reason: WaitReason, stop: GracefulStop | None
+    clock: Clock,
+    seconds: float,
+    reason: WaitReason,
+    stop: GracefulStop | None,
+    lane: str | None = None,
+    source: WaitReason | None = None,
 ) -> None:
-    """Sleep `seconds` on `clock`; a stop ends the wait at once with Unsent(reason)."""
+    """Sleep `seconds` on `clock`; a stop ends the wait at once with Unsent(reason), which
+    keeps the lane and (for a cooldown) who asked for it, so a stop summary can say why."""
     if await sleep_unless_stopped(clock.sleep(seconds), stop):
-        raise Unsent(reason, seconds)
+        raise Unsent(reason, seconds, lane, source)
 
 
 class Limiter(Protocol):
@@ -478,7 +484,10 @@ class LocalLimiter:
                 source = self._cooldown_source.get(origin, WaitReason.RETRY_AFTER)
                 raise WaitTooLong(wait, why, reason, source)
             self._waits.note(lane, reason, why, wait, now)
-            await wait_or_stop(clock, wait, reason, stop)
+            asked = None
+            if reason is WaitReason.COOLDOWN:
+                asked = self._cooldown_source.get(origin, WaitReason.RETRY_AFTER)
+            await wait_or_stop(clock, wait, reason, stop, lane.name, asked)
 
     async def pause(
         self, origin: str, seconds: float, source: WaitReason = WaitReason.RETRY_AFTER

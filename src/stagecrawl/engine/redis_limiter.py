@@ -48,7 +48,8 @@ local now = (tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000) * scale
 # KEYS: lane hash, host hash, one list per budget (newest grant first).
 # ARGV: scale, nominal rate/s (0 = unpaced), burst, margin, quiet ms, recover step, n budgets,
 #       then limit and window ms per budget.
-# Returns {wait ms, why, new rate if it changed here else '', the script's now in ms}.
+# Returns {wait ms, why, new rate if it changed here else '', the script's now in ms[, who
+# asked for a cooldown]}.
 _ACQUIRE = (
     _NOW
     + """
@@ -57,7 +58,10 @@ local burst = tonumber(ARGV[3])
 local margin = tonumber(ARGV[4])
 local keep = 3600000
 local cool = tonumber(redis.call('HGET', KEYS[2], 'cool') or '-1e300')
-if cool > now then return {tostring(cool - now), 'cooldown', '', tostring(now)} end
+if cool > now then
+  local src = redis.call('HGET', KEYS[2], 'src') or ''
+  return {tostring(cool - now), 'cooldown', '', tostring(now), src}
+end
 local wait, why, changed = 0, 'rate', ''
 local tat, interval = 0, 0
 if nominal > 0 then
@@ -274,7 +278,7 @@ class RedisLimiter:
         while True:
             if stop is not None and stop.requested:
                 raise Unsent(WaitReason.STOP)
-            wait_ms, why, changed, now_ms = await self._call(self._acquire, keys, args)
+            wait_ms, why, changed, now_ms, *src = await self._call(self._acquire, keys, args)
             if changed:
                 self._note_change(lane, float(changed), slowed=False)
             wait = float(wait_ms) / 1000.0
@@ -289,7 +293,8 @@ class RedisLimiter:
                 raise WaitTooLong(wait, why_text, WaitReason.COOLDOWN, source)
             reason, detail = _REASONS.get(why, (WaitReason.LANE_RATE, "lane rate"))
             self._waits.note(lane, reason, f"{lane.name} {detail} (shared)", wait, started + waited)
-            await wait_or_stop(self._clock, wait, reason, stop)
+            asked = _source(src[0]) if src and reason is WaitReason.COOLDOWN else None
+            await wait_or_stop(self._clock, wait, reason, stop, lane.name, asked)
 
     def _note_change(self, lane: Lane, rate: float, slowed: bool) -> None:
         self._rates[lane.name] = rate
@@ -320,11 +325,7 @@ class RedisLimiter:
             raise LimiterUnavailable(
                 f"lost the shared rate limit at {self.safe_url}: {_reason(exc)}"
             ) from None
-        text = value.decode() if isinstance(value, bytes) else str(value or "")
-        try:
-            return WaitReason(text)
-        except ValueError:  # a pause stored by an older stagecrawl: it was a Retry-After
-            return WaitReason.RETRY_AFTER
+        return _source(value)
 
     async def cooldown_remaining(self, origin: str) -> float:
         return float(await self._call(self._remaining, [self._host_key(origin)], [])) / 1000.0
@@ -346,6 +347,15 @@ _REASONS = {
     "rate": (WaitReason.LANE_RATE, "lane rate"),
     "budget": (WaitReason.BUDGET, "lane budget spent"),
 }
+
+
+def _source(value: object) -> WaitReason:
+    """Who asked for a host's pause, as Redis keeps it."""
+    text = value.decode() if isinstance(value, bytes) else str(value or "")
+    try:
+        return WaitReason(text)
+    except ValueError:  # a pause stored by an older stagecrawl: it was a Retry-After
+        return WaitReason.RETRY_AFTER
 
 
 def _reason(exc: BaseException) -> str:

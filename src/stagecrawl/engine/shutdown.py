@@ -57,10 +57,18 @@ class Unsent(BaseException):
     a failure. The work loop catches it and releases the unit; a command outside a work loop
     exits with the stop's status."""
 
-    def __init__(self, reason: WaitReason, seconds: float = 0.0) -> None:
+    def __init__(
+        self,
+        reason: WaitReason,
+        seconds: float = 0.0,
+        lane: str | None = None,
+        source: WaitReason | None = None,
+    ) -> None:
         super().__init__(f"stopped while waiting for {reason.value} ({seconds:.0f}s left)")
         self.reason = reason
         self.seconds = seconds
+        self.lane = lane  # the lane it waited on (its rate or budget), for the stop summary
+        self.source = source  # for a cooldown: who asked for it (RETRY_AFTER or BACKOFF)
 
 
 _current: ContextVar[GracefulStop | None] = ContextVar("stagecrawl_stop", default=None)
