@@ -18,3 +18,19 @@ REDIS_URL = os.environ.get("STAGECRAWL_TEST_REDIS_URL", "redis://127.0.0.1:6379/
 SHARED = Path(
     os.environ.get("STAGECRAWL_TEST_SHARED") or Path(__file__).resolve().parents[2] / "shared"
 )
+
+
+def drop_stagecrawl_tables(url: str) -> None:
+    """Drop every table stagecrawl declares (both registries, licenses, workers, seeds) from a
+    server database, so a test starts from nothing. The names come from the schema itself, so a
+    table added later is dropped too."""
+    from sqlalchemy import create_engine, text
+
+    from stagecrawl.storage.db import build_metadata
+
+    engine = create_engine(url)
+    quote = engine.dialect.identifier_preparer.quote
+    with engine.begin() as conn:
+        for table in reversed(build_metadata(None, {}).sorted_tables):
+            conn.execute(text(f"DROP TABLE IF EXISTS {quote(table.name)}"))
+    engine.dispose()

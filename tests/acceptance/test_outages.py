@@ -6,6 +6,7 @@ line and exit 1, leaves nothing stuck, and a rerun completes. No traceback, ever
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from sqlalchemy import case, column, create_engine, func, select, table
 from tests.acceptance.conftest import NAMES, Mirror, dump, spawn, stagecrawl
 from tests.private_servers import PrivateMariaDB, PrivatePostgres, PrivateServer, private_server
 
+HOST = socket.gethostname()  # the workers' HOST column (they run on this machine)
 STRAY = ("Traceback", "Task exception was never retrieved", "did not finish within the grace")
 
 
@@ -39,20 +41,21 @@ def progress(url: str) -> tuple[int, int, int]:
         engine.dispose()
 
 
-def registered(url: str, crew: list[subprocess.Popen[str]]) -> bool:
-    """Every one of `crew` has registered its worker row (each is past its start-up, in its
-    run), by its own pid: rows an earlier, interrupted worker left behind do not count, so
-    the outage never starts before a slow start-up under load has finished."""
+def running(url: str, processes: list[subprocess.Popen[str]]) -> bool:
+    """Every one of `processes` has registered its worker row (each is past its start-up, in
+    its run), told by its own pid: not a count of rows, which also holds a stopped or killed
+    worker's row until it is cleaned up, or a row left by an earlier phase of the test."""
     engine = create_engine(url, connect_args={"connect_timeout": 2})
     try:
         with engine.connect() as conn:
-            query = select(column("PID")).select_from(table("TB_STAGECRAWL_WORKER", column("PID")))
-            pids = {int(pid) for pid in conn.execute(query).scalars()}
+            pid, host = column("PID"), column("HOST")
+            query = select(pid).select_from(table("TB_STAGECRAWL_WORKER", pid, host))
+            registered = {int(p) for p in conn.execute(query.where(host == HOST)).scalars()}
     except Exception:
         return False
     finally:
         engine.dispose()
-    return {worker.pid for worker in crew} <= pids
+    return {p.pid for p in processes} <= registered
 
 
 def wait_for(condition: object, what: str, timeout: float = 90.0) -> None:
@@ -121,9 +124,7 @@ def test_database_outages_short_waited_out_long_one_line_then_a_rerun_completes(
         for _ in range(3)
     ]  # fmt: skip
     try:
-        wait_for(
-            lambda: progress(short)[1] >= 3 and registered(short, crew), "every worker running"
-        )
+        wait_for(lambda: progress(short)[1] >= 3 and running(short, crew), "every worker running")
     except AssertionError:
         finish(crew, 1)
         raise
@@ -143,20 +144,17 @@ def test_database_outages_short_waited_out_long_one_line_then_a_rerun_completes(
                    "--lease-seconds", "10", "--grace-period", "2",
                    env={"STAGECRAWL_OUTAGE_SECONDS": "120"})  # fmt: skip
     try:
-        wait_for(
-            lambda: progress(long)[1] >= 2 and registered(long, [worker]), "the worker running"
-        )
+        wait_for(lambda: progress(long)[1] >= 2 and running(long, [worker]), "the worker running")
     except AssertionError:
         finish([worker], 1)
         raise
     server.stop()
     time.sleep(2)
     worker.send_signal(signal.SIGINT)
-    signalled = time.monotonic()
-    [(code, err)] = finish([worker], 30)
-    # bounded by the grace period, not by the 120 s outage bound (half of it: a loaded
-    # machine's start-up and teardown are not what this measures; bench/stops.py times it)
-    assert time.monotonic() - signalled < 60, err
+    # Bounded by the grace period, not by the outage bound: a worker still running after
+    # half the outage bound (60 s of 120) is killed and is the failure. (How fast, in
+    # seconds, is bench/stops.py's business: a loaded machine must not fail this.)
+    [(code, err)] = finish([worker], 60)
     server.start()
     assert code == 130, err
     no_stray_output(err)
@@ -170,7 +168,7 @@ def test_database_outages_short_waited_out_long_one_line_then_a_rerun_completes(
         for _ in range(2)
     ]  # fmt: skip
     try:
-        wait_for(lambda: progress(long)[1] >= 3 and registered(long, crew), "both workers running")
+        wait_for(lambda: progress(long)[1] >= 3 and running(long, crew), "both workers running")
     except AssertionError:
         finish(crew, 1)
         raise

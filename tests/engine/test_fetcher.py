@@ -82,7 +82,7 @@ async def test_retry_after_above_maximum_raises_at_once(origin: TestOrigin) -> N
     with pytest.raises(RateLimited) as caught:
         await fetcher.get(origin.url + "/x.json")
     await fetcher.aclose()
-    assert time.monotonic() - started < 60  # not the hour it asked for (load-proof margin)
+    assert time.monotonic() - started < 60  # at once: not the hour it was asked to wait
     assert caught.value.retry_after == 3600 and caught.value.attempts == 1
     assert len(origin.requests_to("/x.json")) == 1  # no hammering
 
@@ -164,8 +164,8 @@ async def test_a_trickling_body_is_cut_at_the_deadline(origin: TestOrigin) -> No
     async with Fetcher(settings) as fetcher:
         with pytest.raises(TransientError) as caught:
             await fetcher.get(origin.url + "/slow")
-    # cut at the deadline, not after the 200 s the body takes (a margin no load reaches)
-    assert time.monotonic() - started < 30.0
+    # cut at the deadline, not after the whole body (200 s at a byte per 0.2 s)
+    assert time.monotonic() - started < 60
     assert "deadline of 1s passed" in caught.value.reason
 
 
@@ -301,8 +301,7 @@ async def test_a_token_goes_only_to_its_lane_never_after_redirect(
     [
         (0.05, (), {}, WaitReason.LANE_RATE),  # our rate: one request per 20 s
         (50.0, (Budget(1, 600),), {}, WaitReason.BUDGET),  # our budget: one per 10 min
-        # theirs: a host's cooldown, named by who asked for it (the server's Retry-After)
-        (50.0, (), {"too_many": 1, "retry_after": "300"}, WaitReason.RETRY_AFTER),
+        (50.0, (), {"too_many": 1, "retry_after": "300"}, WaitReason.COOLDOWN),  # theirs
         (50.0, (), {"fail_times": 5, "fail_status": 500}, WaitReason.BACKOFF),
     ],
 )
@@ -321,7 +320,7 @@ async def test_a_stop_ends_every_wait_at_once_and_nothing_more_is_sent(
     lanes = Lanes([Lane("api", origin.url + "/", Rate(lane_rate), budgets)])
     settings = FetchSettings(backoff_base=30.0, backoff_cap=30.0)
     async with Fetcher(settings, lanes, rng=random.Random(1), stop=stop) as fetcher:
-        if reason is not WaitReason.RETRY_AFTER and reason is not WaitReason.BACKOFF:
+        if reason is not WaitReason.COOLDOWN and reason is not WaitReason.BACKOFF:
             await fetcher.get(origin.url + "/a.json")  # takes the token / the budget
         waiting = asyncio.ensure_future(fetcher.get(origin.url + "/b.json"))
         await asyncio.sleep(0.3)
@@ -331,10 +330,8 @@ async def test_a_stop_ends_every_wait_at_once_and_nothing_more_is_sent(
         stop.request()
         with pytest.raises(Unsent) as given_back:
             await waiting
-        assert time.monotonic() - started < 15.0  # at once, not after the wait (≥ 20 s)
+        assert time.monotonic() - started < 5.0  # at once, not after the wait (≥ 20 s)
         assert given_back.value.reason is reason
-        if reason in (WaitReason.LANE_RATE, WaitReason.BUDGET):  # and whose: the summary says
-            assert given_back.value.lane == "api"
         with pytest.raises(Unsent):  # and nothing new goes out after the stop
             await fetcher.get(origin.url + "/a.json")
     assert len(origin.log) == seen

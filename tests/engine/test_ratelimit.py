@@ -74,9 +74,7 @@ async def make_limiter(request: pytest.FixtureRequest) -> AsyncIterator[LimiterF
 
     def factory(clock: ScaledClock) -> Limiter:
         if request.param == "local":
-            limiter: Limiter = LocalLimiter(
-                clock, margin=0.0, adaptive=Adaptive(6.0, 0.25), record_grants=True
-            )
+            limiter: Limiter = LocalLimiter(clock, margin=0.0, adaptive=Adaptive(6.0, 0.25))
         else:
             limiter = RedisLimiter(
                 REDIS_URL,
@@ -85,7 +83,6 @@ async def make_limiter(request: pytest.FixtureRequest) -> AsyncIterator[LimiterF
                 adaptive=Adaptive(6.0, 0.25),
                 prefix=f"stagecrawl-test:{uuid.uuid4().hex}:",
                 time_scale=clock.speedup,
-                record_grants=True,
             )
         made.append(limiter)
         return limiter
@@ -95,38 +92,51 @@ async def make_limiter(request: pytest.FixtureRequest) -> AsyncIterator[LimiterF
         await limiter.aclose()
 
 
-# Pacing is read from the limiter's own grant record (the times it granted each token, on its
-# clock: Redis's for the shared one), not from stamps the caller takes after its await: on a
-# loaded 2-core machine those add scheduling and round-trip jitter the limiter never decided.
-# A late wake-up only delays a grant, so the lower bounds below hold whatever the load.
+# The checks read the limiter's own grant record (`Limiter.grants`: when it granted each token,
+# on its own timeline), never a timestamp the test takes after `acquire` returns: on a loaded
+# 2-core machine the event loop resumes a waiter tens of milliseconds late, which would squeeze
+# a gap between two such stamps below the interval the limiter kept. The bounds are the
+# limiter's exact arithmetic (margin 0) less 1 virtual millisecond for float rounding (Redis
+# keeps its time in scaled milliseconds). Where a check needs an upper bound it is one pacing
+# interval or more, not a share of one.
+EPS = 0.001
 
 
-def _granted(limiter: Limiter, lane: Lane) -> list[float]:
-    grants = getattr(limiter, "grants", None)
-    assert grants is not None, "the test limiters record their grants"
-    return sorted(t for name, t in grants if name == lane.name)
+def _violations(grants: list[float], interval: float, burst: int) -> list[tuple[int, int]]:
+    """The pairs of grants that break the token bucket's promise (GCRA's conformance): any
+    `n` consecutive grants span at least `(n - burst) × interval`. Two back-to-back grants
+    need not be a whole interval apart once a burst is allowed: a waiter the event loop woke
+    late does not push the bucket's schedule back, so the next one may follow it closer."""
+    return [
+        (i, j)
+        for i, j in itertools.combinations(range(len(grants)), 2)
+        if grants[j] - grants[i] < (j - i + 1 - burst) * interval - EPS
+    ]
 
 
-async def _stamps(limiter: Limiter, lane: Lane, n: int, since: float | None = None) -> list[float]:
-    """The times of `n` concurrent grants on `lane`, from `since` (a grant time on the same
-    limiter's clock) or from the first of them."""
+async def _grants(limiter: Limiter, lane: Lane, n: int) -> list[float]:
+    """`n` concurrent acquires on `lane`; the times the limiter granted them, in order."""
     await asyncio.gather(*(limiter.acquire(lane, lane.origin) for _ in range(n)))
-    grants = _granted(limiter, lane)
+    grants = limiter.grants(lane)
     assert len(grants) == n
-    start = grants[0] if since is None else since
-    return [t - start for t in grants]
+    return sorted(grants)
+
+
+def _gaps(grants: list[float]) -> list[float]:
+    return [b - a for a, b in itertools.pairwise(grants)]
 
 
 async def test_burst_allows_back_to_back_then_spaces(make_limiter: LimiterFactory) -> None:
     clock = ScaledClock(2.0)
     limiter = make_limiter(clock)
     lane = Lane("x", HOST + "/", Rate(1, burst=5))
-    stamps = await _stamps(limiter, lane, 8)
-    # the burst goes through at once: within one interval, where spacing would take 4 s
-    assert stamps[4] < 1.0, stamps
-    # then one a second: the k-th after the burst no sooner than k seconds after it (a late
-    # grant lets the next catch up to that schedule, never run ahead of it)
-    assert all(t >= k - 0.001 for k, t in enumerate(stamps[5:], start=1)), stamps
+    grants = await _grants(limiter, lane, 8)
+    # The burst goes through at once: five grants within one interval (spaced, they would
+    # span four)...
+    assert grants[4] - grants[0] < 1.0
+    # ...then one a second: the bucket refills one token per interval.
+    assert grants[5] - grants[0] >= 1.0 - EPS
+    assert not _violations(grants, 1.0, burst=5), _gaps(grants)
 
 
 async def test_burst_1_is_the_default_and_never_sends_two_at_once(
@@ -134,9 +144,8 @@ async def test_burst_1_is_the_default_and_never_sends_two_at_once(
 ) -> None:
     clock = ScaledClock(4.0)
     limiter = make_limiter(clock)
-    stamps = await _stamps(limiter, Lane("x", HOST + "/", Rate(2)), 6)
-    gaps = [b - a for a, b in itertools.pairwise(stamps)]
-    assert all(gap >= 0.4 for gap in gaps), gaps
+    grants = await _grants(limiter, Lane("x", HOST + "/", Rate(2)), 6)
+    assert all(gap >= 0.5 - EPS for gap in _gaps(grants)), _gaps(grants)
 
 
 async def test_after_a_cooldown_waiters_resume_one_interval_apart(
@@ -145,16 +154,14 @@ async def test_after_a_cooldown_waiters_resume_one_interval_apart(
     clock = ScaledClock(4.0)
     limiter = make_limiter(clock)
     lane = Lane("x", HOST + "/", Rate(1, burst=5))  # even with a burst allowed
-    elsewhere = Lane("other", "http://other/", Rate(10))
-    await limiter.acquire(elsewhere, elsewhere.origin)  # a grant on the limiter's clock
-    [before] = _granted(limiter, elsewhere)  # at or before the pause
+    before = await limiter.now()
     await limiter.pause(HOST, 10)
     assert 9 <= await limiter.cooldown_remaining(HOST) <= 10
-    stamps = await _stamps(limiter, lane, 6, since=before)
-    # Nobody went during the cooldown, and no herd after it: the bucket was empty at its
-    # end, so the k-th waiter goes k intervals after it (a late one lets the next catch up,
-    # never run ahead of that schedule).
-    assert all(t >= 10 + k - 0.001 for k, t in enumerate(stamps)), stamps
+    grants = await _grants(limiter, lane, 6)
+    # Nobody went during the cooldown, and no herd after it: the bucket was empty at its end,
+    # so the k-th waiter goes k intervals after it ends (the burst does not apply).
+    for k, granted in enumerate(grants):
+        assert granted - before >= 10 + k * 1.0 - EPS, (k, grants)
 
 
 async def test_a_cooldown_covers_every_lane_of_the_host_only(
@@ -164,12 +171,13 @@ async def test_a_cooldown_covers_every_lane_of_the_host_only(
     limiter = make_limiter(clock)
     index, api = Lane("index", HOST + "/index/", Rate(10)), Lane("api", HOST + "/", Rate(10))
     elsewhere = Lane("other", "http://other/", Rate(10))
+    before = await limiter.now()
     await limiter.pause(HOST, 5)
-    start = clock.monotonic()
     await limiter.acquire(elsewhere, elsewhere.origin)
-    assert clock.monotonic() - start < 1
     await limiter.acquire(index, HOST)
-    assert clock.monotonic() - start >= 4.9
+    # The other host went before the cooldown ended; the host's other lane waited it out.
+    assert limiter.grants(elsewhere)[0] < limiter.grants(index)[0]
+    assert limiter.grants(index)[0] - before >= 5 - EPS
     with pytest.raises(WaitTooLong):  # a wait past what the caller may spend fails at once
         await limiter.pause(HOST, 700)
         await limiter.acquire(api, HOST, max_wait=600)
@@ -186,9 +194,8 @@ async def test_a_429_halves_the_lane_once_per_burst_then_it_recovers(
     assert await limiter.slow_down(lane) is None  # same burst of 429s: not halved again
     assert limiter.current_rate(lane) == 2.0
     assert [r.getMessage() for r in caplog.records] == ["api lane slowed to 2/s after 429"]
-    stamps = await _stamps(limiter, lane, 4)
-    gaps = [b - a for a, b in itertools.pairwise(stamps)]
-    assert all(gap >= 0.4 for gap in gaps), gaps  # paced at the new 2/s
+    grants = await _grants(limiter, lane, 4)
+    assert all(gap >= 0.5 - EPS for gap in _gaps(grants)), _gaps(grants)  # paced at 2/s
     for _ in range(5):  # a storm drives it to the floor, never below
         await clock.sleep(1.1)
         await limiter.slow_down(lane)
@@ -205,17 +212,17 @@ async def test_a_429_halves_the_lane_once_per_burst_then_it_recovers(
 
 async def test_a_budget_window_is_exact(make_limiter: LimiterFactory) -> None:
     # crates.io's API: 1/s and about 600 per 10 minutes. At a higher rate, the window binds.
-    clock = ScaledClock(10.0)
+    clock = ScaledClock(5.0)
     limiter = make_limiter(clock)
     lane = Lane("api", HOST + "/", Rate(10.0), budgets=(Budget(20, 10.0),))
-    stamps = await _stamps(limiter, lane, 30)
-    # 20 go at 10/s, well before a window ends (a budget binding early would hold the 20th
-    # until 10 s); a loaded machine only wakes the waiters late
-    assert stamps[19] < 9.0, stamps
-    assert stamps[20] >= 9.999  # the 21st waits until the first leaves the window
-    # and no window of 10 s holds more than 20 grants (the limiter's own times: exact)
-    for i in range(len(stamps) - 20):
-        assert stamps[i + 20] - stamps[i] >= 9.999, stamps
+    grants = await _grants(limiter, lane, 30)
+    # 20 go at the lane's 10/s (1.9 s), not held by the budget: within one window...
+    assert grants[19] - grants[0] < 10.0
+    # ...the 21st waits until the first leaves the window, and no window of 10 s holds more
+    # than 20 grants.
+    for i in range(len(grants) - 20):
+        assert grants[i + 20] - grants[i] >= 10.0 - EPS, (i, grants)
+    assert all(gap >= 0.1 - EPS for gap in _gaps(grants)), _gaps(grants)
 
 
 # -- end to end: the fetcher against a strict origin --------------------------------------
@@ -247,24 +254,32 @@ async def test_after_retry_after_the_origin_sees_waiters_one_interval_apart(
 ) -> None:
     origin.add("x.json", {"ok": True})
     origin.rule("/x.json", too_many=1, retry_after="2")
-    # 2 s of cooldown = 1 s; 1 request/s = one per 0.5 s
+    # 2 s of cooldown = 1 s real; 1 request/s = one per 0.5 s real
     scale = 2.0
     interval = 1.0 / scale
     clock = ScaledClock(scale)
-    lanes = Lanes([Lane("x", origin.url + "/", Rate(1.0, burst=4))])
+    lane = Lane("x", origin.url + "/", Rate(1.0, burst=4))
     limiter = LocalLimiter(clock)
-    async with Fetcher(FetchSettings(), lanes, limiter, clock) as fetcher:
+    async with Fetcher(FetchSettings(), Lanes([lane]), limiter, clock) as fetcher:
         first = asyncio.create_task(fetcher.get(origin.url + "/x.json"))
-        while not await limiter.cooldown_remaining(origin.url):  # the 429 came back
+        while True:  # until the 429 came back
+            seen = await limiter.now()
+            remaining = await limiter.cooldown_remaining(origin.url)
+            if remaining:
+                break
             await asyncio.sleep(0.001)
         await asyncio.gather(first, *(fetcher.get(origin.url + "/x.json") for _ in range(6)))
     log = origin.requests_to("/x.json")
     assert log[0].status == 429 and all(r.status == 200 for r in log[1:])
+    # On the origin's clock: the cooldown began after the 429 was sent, and the k-th request
+    # after it left no sooner than k intervals after its end (the bucket was empty then).
+    # Lower bounds only: an arrival the loaded machine delayed is later still.
     times = sorted(r.time for r in log[1:])
-    # Nobody during the cooldown (it starts after the 429 arrived), then one interval apart
-    # on the origin's clock: the k-th waiter arrives no sooner than k intervals after the
-    # cooldown's end. A loaded machine only delays an arrival (and a late one lets the next
-    # catch up to that schedule, never run ahead of it), so pairwise gaps would be flaky;
-    # a herd at the cooldown's end fails this.
-    since = [t - log[0].time for t in times]
-    assert all(t >= 0.999 * (2 + k) * interval for k, t in enumerate(since)), since
+    for k, arrived in enumerate(times):
+        assert arrived - log[0].time >= (2 + k) * interval * 0.999, (k, times, log[0].time)
+    # And as the limiter granted them, on its own timeline: the same, from the cooldown's end
+    # (no sooner than `seen + remaining`).
+    grants = sorted(limiter.grants(lane))[1:]  # the first went before the 429
+    assert len(grants) == 7
+    for k, granted in enumerate(grants):
+        assert granted - (seen + remaining) >= k * 1.0 - EPS, (k, grants, seen + remaining)

@@ -15,8 +15,7 @@ from stagecrawl.pypi import tables
 from stagecrawl.storage.db import Database
 from stagecrawl.testing.pypi_origin import PyPIOrigin, synthetic_project
 from tests.cli import spawn, stagecrawl
-from tests.pypi.conftest import drop_pypi_tables
-from tests.services import MARIADB_URL, POSTGRES_URL, REDIS_URL
+from tests.services import MARIADB_URL, POSTGRES_URL, REDIS_URL, drop_stagecrawl_tables
 
 NAMES = [f"work-{i:02d}" for i in range(10)]
 
@@ -49,7 +48,7 @@ def pacing_keys() -> Iterator[None]:
 def test_three_workers_share_the_queue_and_one_limit(
     db_url: str, shared_origin: PyPIOrigin, pacing_keys: None, tmp_path: Path
 ) -> None:
-    drop_pypi_tables(db_url)
+    drop_stagecrawl_tables(db_url)
     urls = [
         *("--index-url", f"{shared_origin.url}/simple/", "--api-url", f"{shared_origin.url}/"),
         *("--contact", "t@example.org"),
@@ -72,4 +71,4 @@ def test_three_workers_share_the_queue_and_one_limit(
     assert versions == len(states) == sum(2 + n % 3 for n in range(len(NAMES)))
     # one limit for the three: the api lane never went faster than 6/s together
     assert shared_origin.max_in_window("/pypi/*", 1.0) <= 7
-    drop_pypi_tables(db_url)
+    drop_stagecrawl_tables(db_url)

@@ -6,15 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from stagecrawl.storage.bulk import BulkUpsert, upsert, upsert_statement
 from stagecrawl.storage.db import Database
-from tests.crates.conftest import _drop_tables
-from tests.services import MARIADB_URL, POSTGRES_URL
 
 COLUMNS = (
     "LANGUAGE",
@@ -33,19 +30,11 @@ COLUMNS = (
 KEYS = ("LANGUAGE", "REPOSITORY", "PRODUCT_KEY", "VERSION")
 
 
-@pytest.fixture(params=["sqlite", "mariadb", "postgresql"])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
-    if request.param == "sqlite":
-        database = Database(f"sqlite:///{tmp_path / 'bulk.db'}")
-        yield database
-        database.dispose()
-        return
-    url = MARIADB_URL if request.param == "mariadb" else POSTGRES_URL
-    _drop_tables(url)
-    database = Database(url)
+@pytest.fixture
+def db(db_url: str) -> Iterator[Database]:
+    database = Database(db_url)
     yield database
     database.dispose()
-    _drop_tables(url)
 
 
 def rows(description: str, when: datetime) -> list[tuple[Any, ...]]:

@@ -5,9 +5,7 @@ are rebuilt empty."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,8 +14,6 @@ from sqlalchemy import Column, MetaData, Table, inspect, select
 from stagecrawl.crates.osv import ImportReport, import_advisories
 from stagecrawl.errors import StorageError
 from stagecrawl.storage.db import Database, build_metadata
-from tests.crates.conftest import _drop_tables
-from tests.services import MARIADB_URL, POSTGRES_URL
 
 # What the previous version created: no LICENSE_EXPRESSION, no INFORMATIONAL, and the VULN
 # tables keyed on the CVE.
@@ -58,21 +54,10 @@ def old_metadata(db: Database) -> MetaData:
     return old
 
 
-@pytest.fixture(params=["sqlite", "mariadb", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'old.db'}"
-        return
-    target = MARIADB_URL if request.param == "mariadb" else POSTGRES_URL
-    _drop_tables(target)
-    yield target
-    _drop_tables(target)
-
-
 def test_a_database_of_the_previous_version_is_upgraded(
-    url: str, caplog: pytest.LogCaptureFixture
+    db_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    probe = Database(url, create=False)
+    probe = Database(db_url, create=False)
     old = old_metadata(probe)
     old.create_all(probe.engine)
     now = datetime(2026, 1, 1)
@@ -112,9 +97,9 @@ def test_a_database_of_the_previous_version_is_upgraded(
 
     # A reader (`status`) cannot upgrade: it names the table and what will, and changes nothing.
     with pytest.raises(StorageError, match=r"LICENSE_EXPRESSION.*upgrades it in place"):
-        Database(url, read_only=True)
+        Database(db_url, read_only=True)
     with caplog.at_level(logging.WARNING, logger="stagecrawl.storage"):
-        db = Database(url)
+        db = Database(db_url)
     assert "rebuilding" in caplog.text and "crates vulns" in caplog.text
     live = inspect(db.engine)
     assert "LICENSE_EXPRESSION" in {c["name"] for c in live.get_columns(db.version.name)}
@@ -146,7 +131,7 @@ def test_a_database_of_the_previous_version_is_upgraded(
     with db.engine.connect() as conn:
         assert len(conn.execute(select(db.vuln_hit)).all()) == 1
     db.dispose()
-    again = Database(url)  # a second start changes nothing
+    again = Database(db_url)  # a second start changes nothing
     with again.engine.connect() as conn:
         assert len(conn.execute(select(again.vuln_hit)).all()) == 1
     again.dispose()

@@ -36,6 +36,7 @@ from stagecrawl.cli.common import (
     exit_code,
     guarded,
     print_table,
+    print_waiting,
     progress,
     run,
     settings_from,
@@ -53,7 +54,6 @@ from stagecrawl.crates.dbdump import DEFAULT_DUMP_URL
 from stagecrawl.crates.names import validate_name
 from stagecrawl.crates.queue import COLLECTED, NOT_FOUND, SKIPPED
 from stagecrawl.engine.shutdown import GracefulStop
-from stagecrawl.engine.work import describe_given_back
 from stagecrawl.errors import InputError
 from stagecrawl.settings import Settings
 
@@ -102,6 +102,10 @@ def render_collect(report: pipeline.CollectReport, fmt: Format) -> None:
                 "not in the index": ", ".join(sorted(seed.not_found)) or 0,
                 "on the seed ladder (failed)": len(seed.failed),
             }
+            if seed.interrupted:
+                rows["returned to the seed queue"] = seed.released
+                if seed.given_back:
+                    rows["  why"] = seed.given_back
             show("seed", rows)
         summary = report.collect
         if summary is not None:
@@ -120,7 +124,7 @@ def render_collect(report: pipeline.CollectReport, fmt: Format) -> None:
             if summary.interrupted:
                 rows["returned to the queue"] = summary.released
                 if summary.given_back:
-                    rows["  given back"] = describe_given_back(summary.given_back)
+                    rows["  why"] = summary.given_back
         else:
             rows = {}
         problems = _index_problems(report)
@@ -177,9 +181,8 @@ def print_reasons(report: pipeline.CollectReport) -> None:
     for kind, line in lines:
         colour = "bold red" if kind == "failed" else "yellow"
         console.print(f"[{colour}]{kind}:[/] {escape(line)}", highlight=False, soft_wrap=True)
-    waiting = report.waiting_line  # work not attempted: one line, off the retry ladder
-    if waiting is not None:
-        console.print(f"[yellow]{escape(waiting)}[/]", highlight=False, soft_wrap=True)
+    # work not attempted: one line, off the retry ladder
+    print_waiting(report.waiting, sum(report.requests.values()))
 
 
 async def _crawl(

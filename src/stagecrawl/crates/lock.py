@@ -26,9 +26,8 @@ from stagecrawl.engine.git import GitRepo as GitRepo  # re-exported: moved to th
 from stagecrawl.engine.git import last_error_line as _last_error_line
 from stagecrawl.engine.git import run_git as _run
 from stagecrawl.engine.git import select_tags as select_tags
-from stagecrawl.engine.shutdown import GracefulStop, Interrupted
+from stagecrawl.engine.shutdown import GracefulStop, Interrupted, Unsent
 from stagecrawl.errors import FetchError, InputError, NotFound
-from stagecrawl.settings import DEFAULTS
 from stagecrawl.storage.db import Database
 
 log = logging.getLogger("stagecrawl.lock")
@@ -161,7 +160,6 @@ async def register_lock(
     packages: list[LockedPackage],
     pinned_only: bool,
     stop: GracefulStop | None = None,
-    grace_period: float = DEFAULTS.grace_period,
 ) -> None:
     """Register the events one lock asks for, tagged with its label: every version of each
     crate it names (from the index, yanked flagged), or with `pinned_only` just the pins,
@@ -194,10 +192,12 @@ async def register_lock(
         if stop is not None and stop.requested:
             raise Interrupted("lock registration stopped")
         try:
-            # A stop while the request is on the wire: the engine's grace period, then given
-            # back (Interrupted), the tag's registration not committed; the rerun redoes it.
-            request = client.index(name)
-            entry = await (request if stop is None else stop.within_grace(request, grace_period))
+            # On the wire when a stop comes: it may finish within the grace period, then it
+            # is cancelled (never an unbounded wait on a stalled index).
+            asked = client.index(name)
+            entry = await (stop.within_grace(asked) if stop is not None else asked)
+        except Unsent as unsent:  # stopped while waiting for its turn: nothing was sent
+            raise Interrupted("lock registration stopped") from unsent
         except NotFound:
             missing.append(name)
             continue

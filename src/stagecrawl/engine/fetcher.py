@@ -342,7 +342,8 @@ class Fetcher:
                 # a 503 that says when
                 await self.limiter.pause(host, retry_after, WaitReason.RETRY_AFTER)
             else:
-                await wait_or_stop(clock, self.backoff(failures - 1), WaitReason.BACKOFF, self.stop)
+                backoff = self.backoff(failures - 1)
+                await wait_or_stop(clock, backoff, WaitReason.BACKOFF, self.stop, lane.name)
 
     async def download(
         self, url: str, destination: Path, max_bytes: int, *, lane: str | None = None

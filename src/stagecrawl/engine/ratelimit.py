@@ -247,6 +247,32 @@ _REASON_TEXT = {
     WaitReason.STOP: "nothing (stopped before sending)",
 }
 
+# Grants remembered per lane (see `Grants`): enough for a test's or a benchmark's run, bounded
+# so that a long crawl's memory stays flat.
+GRANTS_KEPT = 1024
+
+
+class Grants:
+    """When this limiter granted each lane's tokens, on the limiter's own timeline (seconds).
+
+    What the pacing really was: a timestamp taken by the caller after `acquire` returns also
+    holds the event loop's delay in resuming it, which on a loaded machine is tens of
+    milliseconds and squeezes or stretches the gaps a check reads. Only the last
+    `GRANTS_KEPT` per lane are kept."""
+
+    def __init__(self) -> None:
+        self._by_lane: dict[str, deque[float]] = {}
+
+    def add(self, lane: Lane, at: float) -> None:
+        kept = self._by_lane.get(lane.name)
+        if kept is None:
+            kept = self._by_lane[lane.name] = deque(maxlen=GRANTS_KEPT)
+        kept.append(at)
+
+    def of(self, lane: Lane) -> list[float]:
+        return list(self._by_lane.get(lane.name, ()))
+
+
 # A wait at least this long is logged with its reason (once a minute per lane and reason).
 LONG_WAIT = 5.0
 _LOG_EVERY = 60.0
@@ -293,11 +319,12 @@ async def wait_or_stop(
     reason: WaitReason,
     stop: GracefulStop | None,
     lane: str | None = None,
+    source: WaitReason | None = None,
 ) -> None:
-    """Sleep `seconds` on `clock`; a stop ends the wait at once with Unsent(reason), naming
-    the lane it waited on (the stop summary says which)."""
+    """Sleep `seconds` on `clock`; a stop ends the wait at once with Unsent(reason), which
+    keeps the lane and (for a cooldown) who asked for it, so a stop summary can say why."""
     if await sleep_unless_stopped(clock.sleep(seconds), stop):
-        raise Unsent(reason, seconds, lane)
+        raise Unsent(reason, seconds, lane, source)
 
 
 class Limiter(Protocol):
@@ -329,6 +356,14 @@ class Limiter(Protocol):
 
     def current_rate(self, lane: Lane) -> float | None: ...
 
+    def grants(self, lane: Lane) -> list[float]:
+        """When this limiter granted `lane`'s recent tokens, on its own timeline (`now`)."""
+        ...
+
+    async def now(self) -> float:
+        """The limiter's timeline, in seconds (its clock, or the shared Redis server's)."""
+        ...
+
     async def aclose(self) -> None: ...
 
 
@@ -357,18 +392,15 @@ class LocalLimiter:
         clock: Clock | None = None,
         margin: float = DEFAULT_MARGIN,
         adaptive: Adaptive | None = None,
-        record_grants: bool = False,
     ) -> None:
         self.margin = margin
         self.adaptive = adaptive or Adaptive()
         self._clock = clock or RealClock()
-        # (lane, clock time) of each grant when asked for: the pacing the limiter decided,
-        # free of the caller's scheduling after the await (off by default: memory stays flat).
-        self.grants: list[tuple[str, float]] | None = [] if record_grants else None
         self._lanes: dict[str, _LaneState] = {}
         self._cooldown_until: dict[str, float] = {}
         self._waits = WaitLog()
         self._cooldown_source: dict[str, WaitReason] = {}
+        self._grants = Grants()
 
     def _state(self, lane: Lane) -> _LaneState:
         state = self._lanes.get(lane.name)
@@ -425,8 +457,7 @@ class LocalLimiter:
             state.tat = tat + interval
         for grants in state.logs:
             grants.append(now)
-        if self.grants is not None:
-            self.grants.append((lane.name, now))
+        self._grants.add(lane, now)
 
     async def acquire(
         self,
@@ -453,9 +484,10 @@ class LocalLimiter:
                 source = self._cooldown_source.get(origin, WaitReason.RETRY_AFTER)
                 raise WaitTooLong(wait, why, reason, source)
             self._waits.note(lane, reason, why, wait, now)
-            if reason is WaitReason.COOLDOWN:  # the summary names who asked for the pause
-                reason = self._cooldown_source.get(origin, WaitReason.RETRY_AFTER)
-            await wait_or_stop(clock, wait, reason, stop, lane.name)
+            asked = None
+            if reason is WaitReason.COOLDOWN:
+                asked = self._cooldown_source.get(origin, WaitReason.RETRY_AFTER)
+            await wait_or_stop(clock, wait, reason, stop, lane.name, asked)
 
     async def pause(
         self, origin: str, seconds: float, source: WaitReason = WaitReason.RETRY_AFTER
@@ -483,6 +515,12 @@ class LocalLimiter:
 
     async def cooldown_remaining(self, origin: str) -> float:
         return max(0.0, self._cooldown_until.get(origin, float("-inf")) - self._clock.monotonic())
+
+    def grants(self, lane: Lane) -> list[float]:
+        return self._grants.of(lane)
+
+    async def now(self) -> float:
+        return self._clock.monotonic()
 
     async def aclose(self) -> None:
         return None

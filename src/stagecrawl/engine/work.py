@@ -29,7 +29,7 @@ import contextlib
 import logging
 import time
 from collections import Counter, deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
@@ -94,43 +94,45 @@ class LoopStats:
     wall_seconds: float = 0.0
     errors: Counter[str] = field(default_factory=Counter)
     # Given back on a stop, by why: "unstarted", what a unit was waiting for when the stop
-    # came (a WaitReason: lane_rate and budget with ":lane", retry_after or backoff for a
-    # host's pause, backoff, stop), or "grace_period" (on the wire past the grace period,
-    # cancelled). `describe_given_back` says it in words.
+    # came (a WaitReason: lane_rate, budget, cooldown, backoff, stop), or "grace_period" (on
+    # the wire past the grace period, cancelled).
     given_back: Counter[str] = field(default_factory=Counter)
+    # The same units by cause in words, naming the lane and who asked for a cooldown
+    # ("waiting on our api lane", "waiting on the server's Retry-After"): `given_back_text`.
+    given_back_why: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def given_back_text(self) -> str:
+        return given_back_text(self.given_back_why)
 
 
-# The words of the stop summaries for each cause a unit was given back for.
-_GIVEN_BACK_WORDS = {
-    "unstarted": "not started",
-    "lane_rate": "waiting on our {lane}lane",
-    "budget": "waiting on our {lane}lane's budget",
-    "cooldown": "on the server's 429 cooldown",
-    "retry_after": "on the server's Retry-After",
-    "backoff": "on our backoff",
-    "stop": "stopped before sending",
-    "grace_period": "past the grace period",
-}
-# Most given-back causes first in a summary: ours, then the server's, then what was cut off.
-_GIVEN_BACK_ORDER = list(_GIVEN_BACK_WORDS)
+UNSTARTED = "not started"
+PAST_GRACE = "past the grace period"
 
 
-def describe_given_back(given: Mapping[str, int]) -> str:
-    """ "3 waiting on our API lane, 1 on the server's Retry-After, 2 past the grace period"
-    from LoopStats.given_back (an unknown cause is named as it is stored)."""
+def waited_for(unsent: Unsent) -> str:
+    """What a unit given back on a stop was waiting for, in words: ours (a lane's rate or
+    budget, a backoff) is told apart from the server's (its Retry-After)."""
+    lane = f"our {unsent.lane} lane" if unsent.lane else "our lane"
+    reason = unsent.reason
+    if reason is WaitReason.LANE_RATE:
+        return f"waiting on {lane}"
+    if reason is WaitReason.BUDGET:
+        return f"waiting on {lane}'s budget"
+    if reason is WaitReason.COOLDOWN:
+        if unsent.source is WaitReason.BACKOFF:
+            return "waiting on our backoff after a 429"
+        return "waiting on the server's Retry-After"
+    if reason is WaitReason.BACKOFF:
+        return "waiting on our backoff after a failure"
+    return "stopped before sending"
 
-    def words(key: str) -> str:
-        reason, _, lane = key.partition(":")
-        text = _GIVEN_BACK_WORDS.get(reason, reason)
-        label = lane.upper() if lane == "api" else lane
-        return text.format(lane=f"{label} " if label else "")
 
-    def order(key: str) -> tuple[int, str]:
-        reason = key.partition(":")[0]
-        place = _GIVEN_BACK_ORDER.index(reason) if reason in _GIVEN_BACK_ORDER else 99
-        return place, key
-
-    return ", ".join(f"{given[key]} {words(key)}" for key in sorted(given, key=order) if given[key])
+def given_back_text(why: Counter[str]) -> str:
+    """ "given back: 3 waiting on our api lane, 1 waiting on the server's Retry-After, 2 past
+    the grace period" (most first); "" when nothing was given back."""
+    parts = [f"{n} {cause}" for cause, n in sorted(why.items(), key=lambda c: (-c[1], c[0])) if n]
+    return f"given back: {', '.join(parts)}" if parts else ""
 
 
 class WorkLoop(Generic[U, R]):
@@ -206,12 +208,12 @@ class WorkLoop(Generic[U, R]):
         self.stats.interrupted = self.stop.requested
         self.stats.wall_seconds = time.monotonic() - started
         if self.stats.interrupted:
-            why = describe_given_back(self.stats.given_back)
+            why = self.stats.given_back_text
             log.warning(
                 "stopped: %d unit(s) finished and written, %d given back%s",
                 self.stats.completed,
                 self.stats.released,
-                f": {why}" if why else "",
+                f" ({why.removeprefix('given back: ')})" if why else "",
             )
         return self.stats
 
@@ -262,6 +264,7 @@ class WorkLoop(Generic[U, R]):
                     unstarted.append(unit)
             await self._release(unstarted)
             self.stats.given_back["unstarted"] += len(unstarted)
+            self.stats.given_back_why[UNSTARTED] += len(unstarted)
         for _ in workers:
             self._todo.put_nowait(None)
         grace = 0.0 if abort else self.settings.grace_period if self.stop.requested else None
@@ -277,6 +280,7 @@ class WorkLoop(Generic[U, R]):
                 )
             await self._release(held)
             self.stats.given_back["grace_period"] += len(held)
+            self.stats.given_back_why[PAST_GRACE] += len(held)
 
     async def _release(self, units: list[U]) -> None:
         if not units:
@@ -300,9 +304,8 @@ class WorkLoop(Generic[U, R]):
                 # untouched (no failure, no ladder). The worker takes its end-of-work marker.
                 self._in_worker.pop(number, None)
                 await self._release([unit])
-                lane = f":{unsent.lane}" if unsent.lane else ""
-                bounded = unsent.reason in (WaitReason.LANE_RATE, WaitReason.BUDGET)
-                self.stats.given_back[f"{unsent.reason}{lane if bounded else ''}"] += 1
+                self.stats.given_back[str(unsent.reason)] += 1
+                self.stats.given_back_why[waited_for(unsent)] += 1
                 continue
             except Exception as exc:
                 # `process` turns every failure it expects into a result; anything else is a
