@@ -64,7 +64,6 @@ def test_a_url_belongs_to_the_longest_matching_lane_even_on_one_host() -> None:
     assert lanes.for_url("http://elsewhere/y") is other
 
 
-
 def test_the_lane_of_a_url_does_not_depend_on_what_was_looked_up_before() -> None:
     """Lookups are cached by the URL's directory as written: a query or fragment holding a
     slash, another spelling of the host or port, or a URL without a path must still land on

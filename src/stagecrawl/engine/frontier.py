@@ -44,6 +44,9 @@ STATE_NAMES = {
     GAVE_UP: "given up",
 }
 MAX_ATTEMPTS = LADDER.max_failures
+# Keys per `UPDATE … WHERE key IN (…)`: well within SQLite's bound on parameters (32766).
+KEYS_PER_UPDATE = 500
+NO_META = "{}"  # the stored meta of most requests: neither encoded nor decoded
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS requests (
@@ -117,7 +120,7 @@ class Frontier:
             request.key,
             request.url,
             request.callback,
-            json.dumps(request.meta, sort_keys=True),
+            json.dumps(request.meta, sort_keys=True) if request.meta else NO_META,
             request.etag,
             request.last_modified,
         )
@@ -149,7 +152,7 @@ class Frontier:
             Request(
                 url=r[2],
                 callback=r[3],
-                meta=json.loads(r[4]),
+                meta={} if r[4] == NO_META else json.loads(r[4]),
                 key=r[1],
                 etag=r[5],
                 last_modified=r[6],
@@ -169,11 +172,16 @@ class Frontier:
                 children,
             )
             added = self.db.total_changes - before
-            done = [(c.request.key,) for c in completions if c.error is None]
+            done = [c.request.key for c in completions if c.error is None]
             failed = [(c.error, c.request.key) for c in completions if c.error is not None]
-            self.db.executemany(
-                f"UPDATE requests SET state = {DONE}, error = NULL WHERE key = ?", done
-            )
+            # One statement per chunk, not one per request: the batch is mostly successes.
+            for start in range(0, len(done), KEYS_PER_UPDATE):
+                keys = done[start : start + KEYS_PER_UPDATE]
+                self.db.execute(
+                    f"UPDATE requests SET state = {DONE}, error = NULL"
+                    f" WHERE key IN ({','.join('?' * len(keys))})",
+                    keys,
+                )
             self.db.executemany(
                 "UPDATE requests SET attempts = attempts + 1, error = ?,"
                 f" state = CASE WHEN attempts + 1 >= {self.max_attempts} THEN {GAVE_UP}"
