@@ -449,6 +449,11 @@ class LocalLimiter:
         max_wait: float | None = None,
         stop: GracefulStop | None = None,
     ) -> float:
+        if lane.rate is None and not lane.budgets and origin not in self._cooldown_until:
+            # Unpaced, unbudgeted, a host never paused: nothing to wait for or to record.
+            if stop is not None and stop.requested:
+                raise Unsent(WaitReason.STOP)
+            return 0.0
         clock = self._clock
         started = clock.monotonic()
         while True:
