@@ -72,6 +72,20 @@ class Completion:
     error: str | None = None
 
 
+class Outcome(Protocol):
+    """What `Frontier.complete` reads of one request's outcome: a Completion, or the
+    crawler's CrawlResult as it is (no copy per request)."""
+
+    @property
+    def request(self) -> Request: ...
+
+    @property
+    def children(self) -> Sequence[Request]: ...
+
+    @property
+    def error(self) -> str | None: ...
+
+
 class Frontier:
     def __init__(self, path: Path | str | None = None, ladder: RetryLadder = LADDER) -> None:
         """`path=None` keeps the frontier in memory (no resume)."""
@@ -160,7 +174,7 @@ class Frontier:
             for r in rows
         ]
 
-    def complete(self, completions: Sequence[Completion]) -> int:
+    def complete(self, completions: Sequence[Outcome]) -> int:
         """Record outcomes and their child requests atomically; returns new children added.
         A failure climbs the ladder: `failed`, until the ladder gives it up: `gave_up`."""
         with self._transaction():
@@ -296,9 +310,7 @@ class FrontierQueue:
             self.sink.write(items)
             self.sink.flush()
         offered = sum(len(r.children) for r in results)
-        added = self.frontier.complete(
-            [Completion(r.request, r.children, r.error) for r in results]
-        )
+        added = self.frontier.complete(results)
         self.items += len(items)
         self.duplicates += offered - added
         self.children_added += added
