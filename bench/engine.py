@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import statistics
 import subprocess
@@ -140,6 +141,9 @@ def main() -> None:
     parser.add_argument(
         "--concurrency", type=int, nargs="+", default=[1, 16, 64], help="levels to measure"
     )
+    parser.add_argument(
+        "--json", type=Path, help="also write every round's figures here (to pool runs)"
+    )
     args = parser.parse_args()
     load_before = load()
     with tempfile.TemporaryDirectory() as tmp:
@@ -170,6 +174,7 @@ def main() -> None:
                 columns += ["httpx req/s", "aiohttp / httpx"]
             for column in columns:
                 table.add_column(column, justify="right")
+            rounds: dict[str, dict[str, list[float]]] = {}
             for concurrency in args.concurrency:
                 count = args.requests if concurrency > 1 else args.requests // 3
                 runners: list[tuple[str, Runner]] = [
@@ -204,9 +209,19 @@ def main() -> None:
                     aiohttp_rate = statistics.median(s.rate for s in bare)
                     row += [f"{httpx_rate:.0f}", f"{aiohttp_rate / httpx_rate:.2f}"]
                 table.add_row(*row)
+                rounds[str(concurrency)] = {
+                    "engine_rate": [e.rate for e in engine],
+                    "aiohttp_rate": [a.rate for a in bare],
+                    "engine_cpu_us": [e.cpu_us for e in engine],
+                    "aiohttp_cpu_us": [a.cpu_us for a in bare],
+                }
             console = Console(width=160)
             console.print(table)
-            console.print(f"load average (1, 5, 15 min): before {load_before}, after {load()}")
+            load_after = load()
+            console.print(f"load average (1, 5, 15 min): before {load_before}, after {load_after}")
+            if args.json is not None:
+                figures = {"load": [load_before, load_after], "rounds": rounds}
+                args.json.write_text(json.dumps(figures, indent=1))
         finally:
             origin.terminate()
             origin.wait()
