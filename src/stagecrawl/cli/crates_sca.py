@@ -31,6 +31,7 @@ from stagecrawl.cli.common import (
     show,
 )
 from stagecrawl.cli.sca_render import OutputOption, check_format, check_output, deliver, table_text
+from stagecrawl.components import open_database
 from stagecrawl.crates.audit import AuditReport
 from stagecrawl.crates.osv import DEFAULT_OSV_URL
 from stagecrawl.crates.sca import (
@@ -61,7 +62,6 @@ from stagecrawl.sca.policy import LicenseCheck
 from stagecrawl.sca.reference import import_reference
 from stagecrawl.sca.report_json import audit_json
 from stagecrawl.sca.sarif import audit_sarif
-from stagecrawl.storage.db import Database
 
 ConfigOption = Annotated[
     Path | None,
@@ -426,7 +426,7 @@ def licenses_import(
     s = guarded(lambda: settings_from(options))
 
     def body() -> int:
-        count = import_reference(Database(s.db), file)
+        count = import_reference(open_database(s), file)
         console.print(f"imported {count} license rows")
         return 0
 

@@ -23,6 +23,7 @@ from stagecrawl.cli.common import (
     run,
     settings_from,
 )
+from stagecrawl.components import open_database
 from stagecrawl.crates import tables as crates_tables
 from stagecrawl.crates.queue import PENDING, STATE_NAMES, event_list, seed_queue, utcnow
 from stagecrawl.engine.frontier import STATE_NAMES as FRONTIER_STATES
@@ -168,7 +169,7 @@ def status(
     def body() -> int:
         document: dict[str, Any] = {}
         if aircraft is None or s.sources["db"] != "default":
-            database = Database(s.db, read_only=True)
+            database = open_database(s, read_only=True)
             document["crates"] = crates_status(database)
             pypi = pypi_status(database)
             if pypi is not None:

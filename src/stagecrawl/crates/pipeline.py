@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stagecrawl.components import download_fetcher, effective
+from stagecrawl.components import download_fetcher, effective, open_database
 from stagecrawl.crates.client import CratesClient
 from stagecrawl.crates.config import ai_client, collect_settings, crates_fetcher, is_crates_io
 from stagecrawl.crates.dbdump import DumpReport, load_dump
@@ -363,7 +363,7 @@ async def run_seed(
     async with crates_fetcher(s) as fetcher:
         await _check_limiter(fetcher)
         # after every check: a refused start creates nothing
-        database = Database(s.db, outage_seconds=s.outage_seconds)
+        database = open_database(s)
         client = CratesClient(fetcher, s.index_url, s.api_url)
         report = await seed(
             database, client, names, stop, resync, progress, s.grace_period, s.concurrency
@@ -385,7 +385,7 @@ async def run_collect(
     async with crates_fetcher(s) as fetcher:
         await _check_limiter(fetcher)
         # after every check: a refused start creates nothing
-        database = Database(s.db, outage_seconds=s.outage_seconds)
+        database = open_database(s)
         client = CratesClient(fetcher, s.index_url, s.api_url)
         settings = collect_settings(s, limit, skip_existing)
         ai = ai_client(s, fetcher)
@@ -416,7 +416,7 @@ async def run_lock(
         inputs = await lock_inputs(repo, tags, pattern, all_tags, lockfile, label, cache, stop)
         client = CratesClient(fetcher, s.index_url, s.api_url)
         report = await lock(
-            lambda: Database(s.db, outage_seconds=s.outage_seconds),
+            lambda: open_database(s),
             client,
             inputs,
             cache,
@@ -464,7 +464,7 @@ async def run_refresh(
 ) -> RefreshRunReport:
     async with crates_fetcher(s) as fetcher:
         await _check_limiter(fetcher)
-        database = Database(s.db, outage_seconds=s.outage_seconds)
+        database = open_database(s)
         checked = await refresh(
             database, fetcher, s.index_url, list(names), stop, s.concurrency, s.grace_period
         )
@@ -504,7 +504,7 @@ async def run_dbdump(
             path = Path(source)
             if not path.is_file():
                 raise InputError(f"dump {source} does not exist")
-        database = Database(s.db, outage_seconds=s.outage_seconds)
+        database = open_database(s)
 
         def advance(_what: str, n: int) -> None:
             if progress is not None:

@@ -46,8 +46,7 @@ async def backfill_ai(
         table.c.LICENSE.is_not(None),
         *(table.c[column] == value for column, value in identity.items()),
     )
-    with db.engine.connect() as conn:
-        rows = conn.execute(query).all()
+    rows = db.read(lambda conn: conn.execute(query).all())
     report.rows = len(rows)
     by_text: dict[str, list[tuple[str, str]]] = {}
     for r in rows:
@@ -76,8 +75,7 @@ async def backfill_ai(
         ]
         report.filled += len(updates)
         if updates:
-            with db.engine.begin() as conn:
-                conn.execute(statement, updates)
+            db.transaction(lambda conn: conn.execute(statement, updates))
 
     queue: MemoryQueue[str, tuple[str, str | None]] = MemoryQueue(sorted(by_text), commit)
     await WorkLoop(queue, ask, LoopSettings(concurrency=concurrency), stop).run()

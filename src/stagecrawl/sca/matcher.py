@@ -59,8 +59,7 @@ class LicenseMatcher:
         run that finds it empty uses the SPDX list without writing)."""
         if not db.read_only:
             ensure_reference(db)
-        with db.engine.connect() as conn:
-            rows = [dict(r._mapping) for r in conn.execute(select(db.license))]
+        rows = db.read(lambda conn: [dict(r._mapping) for r in conn.execute(select(db.license))])
         if not rows:
             rows = spdx_reference_rows()
         return cls(rows) if reader is None else cls(rows, reader)
@@ -158,8 +157,7 @@ def backfill(
         )
     report = BackfillReport()
     misses: Counter[str] = Counter()
-    with db.engine.connect() as conn:
-        rows = conn.execute(query).all()
+    rows = db.read(lambda conn: conn.execute(query).all())
     updates = []
     for row in rows:
         report.rows += 1
@@ -196,9 +194,12 @@ def backfill(
             LICENSE_EXPRESSION=bindparam("LICENSE_EXPRESSION"),
         )
     )
+
+    def write(chunk: list[dict[str, Any]]) -> None:
+        db.transaction(lambda conn: conn.execute(statement, chunk))
+
     for start in range(0, len(updates), 1000):
-        with db.engine.begin() as conn:
-            conn.execute(statement, updates[start : start + 1000])
+        write(updates[start : start + 1000])
     report.common_unmatched = misses.most_common(10)
     return report
 

