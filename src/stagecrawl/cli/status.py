@@ -260,6 +260,9 @@ def _tables(document: dict[str, Any]) -> None:
             rows[f"seed ladder: {seed['project']}"] = seed["reason"] or ""
         rows["VERSION rows"] = pypi["versions"]
         rows["PRODUCT rows"] = pypi["products"]
+        if pypi.get("waiting"):
+            w = pypi["waiting"]
+            rows["not attempted, waiting"] = f"{w['items']} item(s): {w['reason']}"
         print_table(summary_table("PyPI", rows))
     aircraft = document.get("aircraft")
     if aircraft is not None:

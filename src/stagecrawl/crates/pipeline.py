@@ -76,17 +76,6 @@ class CollectReport:
         )
         return seed or collect or self.waiting is not None
 
-    @property
-    def waiting_line(self) -> str | None:
-        """One line when work waits for a pause: why (naming the source), until when, and
-        whether anything was sent at all."""
-        if self.waiting is None:
-            return None
-        w = self.waiting
-        sent = sum(self.requests.values())
-        what = "nothing sent" if sent == 0 else f"{w.rows} queued item(s) wait"
-        return f"{w.reason}; {what}; rerun after that"
-
     def as_json(self) -> dict[str, Any]:
         document: dict[str, Any] = {}
         if self.seed is not None:
@@ -109,11 +98,7 @@ class CollectReport:
                 "wall_seconds": round(c.wall_seconds, 3),
             }
         if self.waiting is not None:
-            document["waiting"] = {
-                "items": self.waiting.rows,
-                "until": f"{self.waiting.until:%Y-%m-%dT%H:%M:%SZ}",
-                "reason": self.waiting.reason,
-            }
+            document["waiting"] = self.waiting.as_json()
         document["requests"] = dict(sorted(self.requests.items()))
         document["rate_limited"] = dict(sorted(self.rate_limited.items()))
         if self.ai_calls is not None:
@@ -125,12 +110,7 @@ class CollectReport:
 
 def _waiting(db: Database) -> Waiting | None:
     """What waits for a pause on the seed queue and the LIST (the latest time wins)."""
-    with db.reading() as conn:
-        found = [w for q in (seed_queue(db), event_list(db).queue) if (w := q.waiting(conn))]
-    if not found:
-        return None
-    latest = max(found, key=lambda w: w.until)
-    return Waiting(sum(w.rows for w in found), latest.until, latest.reason)
+    return Waiting.on([seed_queue(db), event_list(db).queue])
 
 
 def _traffic(report: CollectReport, client: CratesClient, ai: AiLicenseClient | None) -> None:
