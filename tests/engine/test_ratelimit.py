@@ -64,6 +64,48 @@ def test_a_url_belongs_to_the_longest_matching_lane_even_on_one_host() -> None:
     assert lanes.for_url("http://elsewhere/y") is other
 
 
+def test_the_lane_of_a_url_does_not_depend_on_what_was_looked_up_before() -> None:
+    """Lookups are cached by the URL's directory as written: a query or fragment holding a
+    slash, another spelling of the host or port, or a URL without a path must still land on
+    the lane a fresh lookup gives."""
+
+    def fresh() -> Lanes:
+        return Lanes(
+            [
+                Lane("api", "http://reg:8080/api/"),
+                Lane("index", "http://reg:8080/index/"),
+                Lane("web", "https://www.example.org/"),
+            ],
+            default=Rate(3),
+        )
+
+    urls = [
+        "http://reg:8080/api/v1/crates?next=/index/x",
+        "http://reg:8080/index/se/rd/serde",
+        "http://reg:8080/index?q=/api/x",
+        "http://reg:8080/apiary/x",
+        "http://REG:8080/Api/x",
+        "HTTP://reg:8080/api/x#/index/",
+        "http://reg:8080",
+        "http://reg:8080?x=/api/",
+        "http://reg:8080/",
+        "https://www.example.org:443/a/b/c?d=/e",
+        "https://WWW.example.org/a/",
+        "https://www.example.org:8443/a/",
+        "http://www.example.org/a/",
+        "http://user:pw@reg:8080/api/x",
+        "http://elsewhere/x/y?z=/",
+        "http://elsewhere",
+    ]
+    expected = {url: fresh().for_url(url).name for url in urls}
+    assert expected["http://reg:8080/api/v1/crates?next=/index/x"] == "api"
+    assert expected["http://reg:8080/index?q=/api/x"] != "api"
+    assert expected["https://www.example.org:8443/a/"] != "web"
+    shared = fresh()
+    for url in [*urls, *reversed(urls), *urls]:
+        assert shared.for_url(url).name == expected[url], url
+
+
 # -- one set of behaviours, two limiters ----------------------------------------------------
 LimiterFactory = Callable[[ScaledClock], Limiter]
 

@@ -190,10 +190,27 @@ class Lanes:
         return self._lanes[name]
 
     def for_url(self, url: str) -> Lane:
+        # The URL's own directory, as written (no query, no fragment), is the cache key: the
+        # lane is a function of it, and cutting it costs a few string searches where the
+        # normalised form costs a parse. Only a URL with a path slash has one.
+        end = len(url)
+        for mark in "?#":
+            at = url.find(mark, 0, end)
+            if at >= 0:
+                end = at
+        cut = url.rfind("/", 0, end) + 1
+        scheme_end = url.find("://")
+        raw = url[:cut] if 0 < scheme_end and scheme_end + 3 < cut else None
+        if raw is not None:
+            found = self._by_directory.get(raw)
+            if found is not None:
+                return found
         location = _location(url)
         directory = location[: location.rfind("/") + 1]
         found = self._by_directory.get(directory)
         if found is not None:
+            if raw is not None:
+                self._remember(raw, found)
             return found
         best: Lane | None = None
         for lane in self._lanes.values():
@@ -206,10 +223,15 @@ class Lanes:
             if origin not in self._adhoc:
                 self._adhoc[origin] = Lane(origin.split("//", 1)[-1], origin + "/", self.default)
             best = self._adhoc[origin]
+        self._remember(directory, best)
+        if raw is not None:
+            self._remember(raw, best)
+        return best
+
+    def _remember(self, directory: str, lane: Lane) -> None:
         if len(self._by_directory) >= _DIRECTORIES_KEPT:
             self._by_directory.clear()  # bounded: a crawl of many directories re-derives
-        self._by_directory[directory] = best
-        return best
+        self._by_directory[directory] = lane
 
 
 @dataclass(frozen=True)
@@ -434,7 +456,7 @@ class LocalLimiter:
             source = self._cooldown_source.get(origin, WaitReason.RETRY_AFTER)
             return cooldown - now, WaitReason.COOLDOWN, f"{origin} paused by {source.text}"
         self._recover(lane, state, now)
-        wait, reason, why = 0.0, WaitReason.LANE_RATE, f"{lane.name} lane rate"
+        wait, reason, spent = 0.0, WaitReason.LANE_RATE, None
         if state.rate is not None and lane.rate is not None:
             interval = (1.0 / state.rate) * (1 + self.margin)
             # The bucket is empty when a cooldown ends: waiters resume one interval apart.
@@ -444,9 +466,12 @@ class LocalLimiter:
             if len(grants) >= budget.limit:
                 until = grants[0] + budget.window * (1 + self.margin) - now
                 if until > wait:
-                    wait, reason = until, WaitReason.BUDGET
-                    why = f"{lane.name} lane budget {budget.text()} spent"
-        return max(0.0, wait), reason, why
+                    wait, reason, spent = until, WaitReason.BUDGET, budget
+        if wait <= 0:
+            return 0.0, reason, ""  # granted: the words are for waits only (hot path)
+        if spent is not None:
+            return wait, reason, f"{lane.name} lane budget {spent.text()} spent"
+        return wait, reason, f"{lane.name} lane rate"
 
     def _grant(self, lane: Lane, origin: str, now: float) -> None:
         state = self._state(lane)
@@ -466,6 +491,11 @@ class LocalLimiter:
         max_wait: float | None = None,
         stop: GracefulStop | None = None,
     ) -> float:
+        if lane.rate is None and not lane.budgets and origin not in self._cooldown_until:
+            # Unpaced, unbudgeted, a host never paused: nothing to wait for or to record.
+            if stop is not None and stop.requested:
+                raise Unsent(WaitReason.STOP)
+            return 0.0
         clock = self._clock
         started = clock.monotonic()
         while True:

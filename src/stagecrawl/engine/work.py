@@ -330,16 +330,21 @@ class WorkLoop(Generic[U, R]):
         them together; results that arrive while a commit runs form the next batch. A partial
         batch waits at most `commit_linger` for company, so progress stays live."""
         settings = self.settings
+        linger = settings.commit_linger
         batch: list[R] = []
         opened = 0.0
         while True:
+            if self._results and not batch and linger > 0:
+                opened = time.monotonic()  # one clock read per batch, and none without linger
             while self._results and len(batch) < settings.commit_batch:
-                if not batch:
-                    opened = time.monotonic()
                 batch.append(self._results.popleft())
             done = self._workers_done and not self._results
-            lingered = time.monotonic() - opened >= settings.commit_linger
-            if batch and (done or lingered or len(batch) >= settings.commit_batch):
+            if batch and (
+                done
+                or len(batch) >= settings.commit_batch
+                or linger <= 0
+                or time.monotonic() - opened >= linger
+            ):
                 await self._commit(batch)
                 batch = []
                 continue
