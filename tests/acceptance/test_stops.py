@@ -26,7 +26,11 @@ from tests.acceptance.conftest import NAMES, Mirror, dump, spawn, stagecrawl
 
 GRACE = 1.0
 ENV = {"STAGECRAWL_GRACE_PERIOD": str(GRACE)}
-BOUND = 2.0 + GRACE + 1.5  # the promise, plus process start-up and teardown on a busy machine
+# Far short of every wait these phases hold (a 30 s stall, 29 s of seeding or lock at 1/s,
+# 10 s a request at 0.1/s, a 600 s budget, a 120 s Retry-After, a 5,000 s trickle), so a
+# stop that waited one out fails, and far from what a loaded machine's start-up and teardown
+# add. How fast a stop is (the 2 s) is bench/stops.py's to measure, beside a baseline.
+BOUND = 15.0
 
 
 class Stopped(NamedTuple):
