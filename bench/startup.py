@@ -5,7 +5,11 @@
 Each command runs `--runs` times as a user runs it (a fresh interpreter: `python -m
 stagecrawl …`, this tree's `src` first on PYTHONPATH); the table shows the median wall time,
 and its ratio to the interpreter's own start-up (`python -c pass`) and to the import of the
-CLI framework alone (typer with its help renderer), both measured in the same run. With
+CLI framework alone (typer with its help renderer), both measured in the same run; a third
+baseline adds the pydantic that typer imports to coerce any option's value (every command that
+runs, and every sub-command's `--help`, pays it). `status` runs twice: on a missing database
+(an error before any query) and on an empty one (what a user runs: SQLAlchemy, its dialect, the
+counts). With
 `--against`, the same commands from another tree (e.g. main's `src`) run interleaved with
 these, for a before/after under the same load. Issue 20's targets: `--version` ≤ 0.15 s,
 `--help` and `status` ≤ 0.4 s (median of 5 on an idle machine).
@@ -43,17 +47,29 @@ def main() -> None:
     trees = {"this tree": SRC} | ({"against": args.against} if args.against else {})
     envs = {name: {**base, "PYTHONPATH": str(src)} for name, src in trees.items()}
     python = [sys.executable]
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
-        db = f"sqlite:///{Path(tmp) / 'empty.db'}"
+        db = f"sqlite:///{Path(tmp) / 'missing.db'}"
+        empty = f"sqlite:///{Path(tmp) / 'empty.db'}"
+        create = f"from stagecrawl.storage.db import Database; Database({empty!r})"
+        subprocess.run([*python, "-c", create], env=envs["this tree"], check=True)
         cases = [
             ("python -c pass (baseline)", [*python, "-c", "pass"]),
             ("import typer + its help renderer", [*python, "-c", "import typer.rich_utils"]),
+            (
+                "  + typer's pydantic coercion",
+                [*python, "-c", "import typer.rich_utils, typer._adapters"],
+            ),
             ("stagecrawl --version", [*python, "-m", "stagecrawl", "--version"]),
             ("stagecrawl --help", [*python, "-m", "stagecrawl", "--help"]),
             ("stagecrawl crates --help", [*python, "-m", "stagecrawl", "crates", "--help"]),
             (
                 "stagecrawl status (no database)",
                 [*python, "-m", "stagecrawl", "status", "--db", db],
+            ),
+            (
+                "stagecrawl status (empty database)",
+                [*python, "-m", "stagecrawl", "status", "--db", empty],
             ),
         ]
         times: dict[tuple[str, str], list[float]] = {}
@@ -64,7 +80,8 @@ def main() -> None:
                     took, code = seconds(argv, env)
                     times.setdefault((label, tree), []).append(took)
                     codes[(label, tree)] = code
-    table = Table(title=f"start-up, median of {args.runs}", title_justify="left")
+    load = f"load average {load_before:.1f} → {os.getloadavg()[0]:.1f}"
+    table = Table(title=f"start-up, median of {args.runs} ({load})", title_justify="left")
     for column in ("command", "tree", "exit", "median s", "× python", "× typer import"):
         table.add_column(column, justify="left" if column in ("command", "tree") else "right")
     for label, _ in cases:
