@@ -126,7 +126,8 @@ PIPELINES = (
 )
 NOT_IMPORTED: dict[str, tuple[str, ...]] = {
     "--help": (*PIPELINES, "sqlalchemy", "asyncio", "pydantic"),
-    "crates --help": (*PIPELINES, "sqlalchemy", "stagecrawl.storage.db"),
+    # pydantic: typer's coercion, needed by no value these commands are given (cli/coercion.py)
+    "crates --help": (*PIPELINES, "sqlalchemy", "stagecrawl.storage.db", "pydantic"),
     # status reads counts through SQLAlchemy Core and the SQLite dialect, nothing else
     "status": (
         *PIPELINES,
@@ -135,6 +136,7 @@ NOT_IMPORTED: dict[str, tuple[str, ...]] = {
         "sqlalchemy.dialects.mysql",
         "stagecrawl.engine.frontier",
         "stagecrawl.engine.fetcher",
+        "pydantic",
     ),
 }
 
