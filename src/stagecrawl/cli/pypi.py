@@ -12,7 +12,7 @@ import sys
 import uuid
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -41,21 +41,16 @@ from stagecrawl.cli.common import (
     settings_from,
     show,
 )
-from stagecrawl.engine.fetcher import require_contact
-from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.errors import InputError
-from stagecrawl.pypi import pipeline, sca
-from stagecrawl.pypi.client import PyPIClient
 from stagecrawl.pypi.names import name_problem
-from stagecrawl.pypi.pipeline import CollectReport, CollectSettings, LockReport, PyPIEndpoints
-from stagecrawl.pypi.refresh import refresh
-from stagecrawl.sca.audit import AuditReport
-from stagecrawl.sca.cyclonedx import audit_cyclonedx
-from stagecrawl.sca.ecosystem import utcnow
-from stagecrawl.sca.report_json import audit_json
-from stagecrawl.sca.sarif import audit_sarif
 from stagecrawl.settings import Settings
-from stagecrawl.storage.db import Database
+
+if TYPE_CHECKING:  # the pipelines (aiohttp, SQLAlchemy, the engine) are imported where a command
+    # runs them: `pypi --help` builds every command's signature and must not pay for them
+    from stagecrawl.engine.shutdown import GracefulStop
+    from stagecrawl.pypi.client import PyPIClient
+    from stagecrawl.pypi.pipeline import CollectReport, CollectSettings, LockReport, PyPIEndpoints
+    from stagecrawl.sca.audit import AuditReport
 
 app = typer.Typer(
     help="The PyPI pipeline: seed, collect, crawl, lock, audit…", no_args_is_help=True
@@ -101,6 +96,8 @@ def read_seeds_file(path: Path) -> list[str]:
 
 
 def gather_names(names: list[str] | None, seeds_file: Path | None) -> list[str]:
+    from stagecrawl.pypi import pipeline
+
     collected = list(names or [])
     if seeds_file is not None:
         collected += read_seeds_file(seeds_file)
@@ -111,6 +108,8 @@ def gather_names(names: list[str] | None, seeds_file: Path | None) -> list[str]:
 
 
 def endpoints(s: Settings) -> PyPIEndpoints:
+    from stagecrawl.pypi.pipeline import PyPIEndpoints
+
     return PyPIEndpoints(
         s.pypi_index_url, s.pypi_api_url, s.pypi_index_rate, s.pypi_api_rate, s.pypi_files_rate
     )
@@ -118,6 +117,10 @@ def endpoints(s: Settings) -> PyPIEndpoints:
 
 def make_client(s: Settings) -> PyPIClient:
     """The run's client: the three lanes on the one fetcher the settings build."""
+    from stagecrawl.engine.fetcher import require_contact
+    from stagecrawl.pypi import pipeline
+    from stagecrawl.pypi.client import PyPIClient
+
     require_contact(
         components.fetch_settings(s),
         "PyPI refuses generic clients and asks crawlers to say how to reach their operator",
@@ -127,6 +130,8 @@ def make_client(s: Settings) -> PyPIClient:
 
 
 def collect_settings(s: Settings, limit: int | None, skip_existing: bool) -> CollectSettings:
+    from stagecrawl.pypi.pipeline import CollectSettings
+
     return CollectSettings(
         concurrency=s.concurrency,
         lease_seconds=s.lease_seconds,
@@ -183,6 +188,9 @@ async def _collect(
     limit: int | None,
     skip_existing: bool,
 ) -> int:
+    from stagecrawl.pypi import pipeline, sca
+    from stagecrawl.storage.db import Database
+
     client = make_client(s)
     async with client.fetcher:
         database = Database(s.db)  # after every check: a refused start creates nothing
@@ -204,6 +212,9 @@ async def _collect(
 async def _seed(
     s: Settings, stop: GracefulStop, fmt: Format, names: list[str], resync: bool
 ) -> int:
+    from stagecrawl.pypi import pipeline
+    from stagecrawl.storage.db import Database
+
     client = make_client(s)
     async with client.fetcher:
         database = Database(s.db)
@@ -317,6 +328,9 @@ async def _lock(
     all_tags: bool,
     lockfile: Path | None,
 ) -> int:
+    from stagecrawl.pypi import pipeline
+    from stagecrawl.storage.db import Database
+
     found = await pipeline.lock_files(
         repo, tags, pattern, all_tags, lockfile, Path(s.cache_dir), stop
     )
@@ -395,6 +409,8 @@ def vulns_command(
     """Import OSV advisories for PyPI into the PYPI VULN tables and match collected versions."""
     options = locals()
     s = guarded(lambda: settings_from(options))
+    from stagecrawl.pypi import sca
+    from stagecrawl.storage.db import Database
 
     async def body(stop: GracefulStop) -> int:
         if scope not in sca.SCOPES:
@@ -489,6 +505,11 @@ def audit_command(
     first). Exit 1 when a vulnerability hits or a pin could not be audited. Read-only."""
     options = locals()
     s = guarded(lambda: settings_from(options))
+    from stagecrawl.pypi import pipeline, sca
+    from stagecrawl.sca.cyclonedx import audit_cyclonedx
+    from stagecrawl.sca.ecosystem import utcnow
+    from stagecrawl.sca.report_json import audit_json
+    from stagecrawl.sca.sarif import audit_sarif
 
     async def body(stop: GracefulStop) -> int:
         if output not in AUDIT_FORMATS:
@@ -543,6 +564,7 @@ def licenses_check(
     semantics); exit 1 when any. Read-only."""
     options = locals()
     s = guarded(lambda: settings_from(options))
+    from stagecrawl.pypi import sca
 
     def body() -> int:
         result = sca.check_licenses(s.db, allow or [], deny or [], exception or [])
@@ -602,6 +624,10 @@ def refresh_command(
     yanks (and their reversal) flip, PRODUCT's latest version and serial follow."""
     options = locals()
     s = guarded(lambda: settings_from(options))
+    from stagecrawl.pypi import pipeline, sca
+    from stagecrawl.pypi.refresh import refresh
+    from stagecrawl.storage.db import Database
+
     wanted = guarded(lambda: pipeline.check_names(names or []))
 
     async def body(stop: GracefulStop) -> int:
