@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # the engine (aiohttp, redis) is imported when a part is buil
     from stagecrawl.engine.fetcher import Fetcher, FetchSettings
     from stagecrawl.engine.ratelimit import Lanes, Limiter
     from stagecrawl.engine.work import LoopSettings
+    from stagecrawl.storage.db import Database
 
 MiB = 1024 * 1024
 
@@ -126,3 +127,11 @@ def effective(fetcher: Fetcher, loops: Mapping[str, LoopSettings]) -> dict[str, 
             for name, loop in loops.items()
         },
     }
+
+
+def open_database(s: Settings, *, read_only: bool = False) -> Database:
+    """The run's database (`db`), waiting out a server lost mid-run for up to
+    `outage_seconds`: the one way a command opens it, so that setting reaches every command."""
+    from stagecrawl.storage.db import Database
+
+    return Database(s.db, read_only=read_only, outage_seconds=s.outage_seconds)

@@ -25,9 +25,9 @@ from stagecrawl.storage.db import Database
 from stagecrawl.testing.origin import TestOrigin
 from stagecrawl.testing.registry import index_line, write_crate
 from tests.acceptance.conftest import NAMES, Mirror, dump, spawn, stagecrawl
-from tests.crates.conftest import _drop_tables
 from tests.crates.test_workers import wait_for
 from tests.services import MARIADB_URL, POSTGRES_URL, REDIS_URL
+from tests.services import drop_stagecrawl_tables as _drop_tables
 
 
 def ladder(url: str) -> dict[str, int]:

@@ -13,8 +13,8 @@ import pytest
 
 from stagecrawl.testing.origin import TestOrigin
 from tests.acceptance.conftest import Mirror, redis_server, stagecrawl
-from tests.crates.conftest import _drop_tables
 from tests.services import POSTGRES_URL
+from tests.services import drop_stagecrawl_tables as _drop_tables
 
 DB_PASSWORD = "Db-pa55-w0rd-51"
 DB_QUERY_PASSWORD = "Db-query-pa55-52"

@@ -45,6 +45,7 @@ if TYPE_CHECKING:  # imported where used: `--help` and `status` must not pay for
 
     from stagecrawl.engine.progress import ProgressReporter
     from stagecrawl.engine.shutdown import GracefulStop
+    from stagecrawl.queue import Waiting
 
 T = TypeVar("T")
 EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
@@ -297,6 +298,21 @@ def print_table(table: Table) -> None:
         style = table.title_style or "table.title"
         report_console().print(Text.from_markup(title, style=style), soft_wrap=True)
     report_console().print(table)
+
+
+def waiting_line(waiting: Waiting, sent: int) -> str:
+    """Work not attempted because a host asked for a pause (or our budget is spent), as one
+    line: why (naming the source), until when, whether this run sent anything at all, and that
+    a rerun after that time goes on. Every registry's seed, collect and refresh say it so."""
+    what = "nothing sent" if sent == 0 else f"{waiting.rows} queued item(s) wait"
+    return f"{waiting.reason}; {what}; rerun after that"
+
+
+def print_waiting(waiting: Waiting | None, sent: int) -> None:
+    """The waiting line on stderr (in every format: it explains exit 1), if anything waits."""
+    if waiting is not None:
+        line = escape(redact(waiting_line(waiting, sent)))
+        console.print(f"[yellow]{line}[/]", highlight=False, soft_wrap=True)
 
 
 def exit_code(problems: bool, interrupted: bool, stop: GracefulStop) -> int:

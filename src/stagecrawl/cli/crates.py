@@ -36,6 +36,7 @@ from stagecrawl.cli.common import (
     exit_code,
     guarded,
     print_table,
+    print_waiting,
     progress,
     run,
     settings_from,
@@ -178,9 +179,8 @@ def print_reasons(report: pipeline.CollectReport) -> None:
     for kind, line in lines:
         colour = "bold red" if kind == "failed" else "yellow"
         console.print(f"[{colour}]{kind}:[/] {escape(line)}", highlight=False, soft_wrap=True)
-    waiting = report.waiting_line  # work not attempted: one line, off the retry ladder
-    if waiting is not None:
-        console.print(f"[yellow]{escape(waiting)}[/]", highlight=False, soft_wrap=True)
+    # work not attempted: one line, off the retry ladder
+    print_waiting(report.waiting, sum(report.requests.values()))
 
 
 async def _crawl(

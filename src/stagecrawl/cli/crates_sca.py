@@ -31,6 +31,7 @@ from stagecrawl.cli.common import (
     show,
 )
 from stagecrawl.cli.sca_render import OutputOption, check_format, check_output, deliver, table_text
+from stagecrawl.components import open_database
 from stagecrawl.crates.sources import DEFAULT_OSV_URL
 
 if TYPE_CHECKING:  # the SCA pipelines and renderers (SQLAlchemy, aiohttp, the engine) are
@@ -427,10 +428,9 @@ def licenses_import(
     options = locals()
     s = guarded(lambda: settings_from(options))
     from stagecrawl.sca.reference import import_reference
-    from stagecrawl.storage.db import Database
 
     def body() -> int:
-        count = import_reference(Database(s.db), file)
+        count = import_reference(open_database(s), file)
         console.print(f"imported {count} license rows")
         return 0
 

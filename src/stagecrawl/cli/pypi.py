@@ -1,7 +1,8 @@
 """`stagecrawl pypi …`: parse options, call the PyPI pipeline, render its report, exit.
 
 Same shapes, exit codes and `--format` as `stagecrawl crates …`: 0 ok, 1 something failed or
-waits on a retry ladder, 2 bad input or configuration, 130/143 stopped by a signal."""
+waits (on a retry ladder, or for a host's pause: one line says when to rerun), 2 bad input or
+configuration, 130/143 stopped by a signal."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from stagecrawl.cli.common import (
     exit_code,
     finish,
     guarded,
+    print_waiting,
     progress,
     report_console,
     run,
@@ -144,39 +146,47 @@ def collect_settings(s: Settings, limit: int | None, skip_existing: bool) -> Col
 
 
 def render_collect(report: CollectReport, fmt: Format) -> None:
-    def tables() -> None:
-        rows: dict[str, object] = {}
-        if report.seed is not None:
-            seed = report.seed
-            rows |= {
-                "projects seeded": len(seed.projects),
-                "versions seen": sum(seed.projects.values()),
-                "new events": seed.counts.new,
-                "not found": ", ".join(sorted(seed.not_found)) or 0,
-                "seeding failed": len(seed.failed),
-            }
-        if report.collect is not None:
-            c = report.collect
-            rows |= {
-                "projects written": c.projects,
-                "versions collected": c.outcomes[1],
-                "skipped (stored)": c.outcomes[2],
-                "versions not found": c.outcomes[4],
-                "yanked": c.yanked,
-                "dependencies unknown": c.unknown_dependencies,
-                "failed (retried next run)": c.failed,
-            }
-        rows |= {f"{lane} requests": n for lane, n in sorted(report.requests.items())}
-        rows |= {f"{lane} 429s": n for lane, n in sorted(report.rate_limited.items())}
-        show("pypi", rows)
-        if report.seed is not None:
-            for name, reason in sorted(report.seed.failed.items()):
-                console.print(f"seed {name}: {reason}", highlight=False, markup=False)
-        if report.collect is not None:
-            for name, reason in sorted(report.collect.failures.items()):
-                console.print(f"collect {name}: {reason}", highlight=False, markup=False)
+    emit(fmt, report.as_json(), lambda: collect_tables(report))
+    # work not attempted (a host's pause): one line in every format, off the retry ladder
+    print_waiting(report.waiting, sum(report.requests.values()))
 
-    emit(fmt, report.as_json(), tables)
+
+def collect_tables(report: CollectReport) -> None:
+    """The collect report for people (inside `emit`); the failures, one line each on stderr."""
+    rows: dict[str, object] = {}
+    if report.seed is not None:
+        seed = report.seed
+        rows |= {
+            "projects seeded": len(seed.projects),
+            "versions seen": sum(seed.projects.values()),
+            "new events": seed.counts.new,
+            "not found": ", ".join(sorted(seed.not_found)) or 0,
+            "seeding failed": len(seed.failed),
+        }
+        if seed.waiting:
+            rows["seeds not attempted (waiting for a pause)"] = len(seed.waiting)
+    if report.collect is not None:
+        c = report.collect
+        rows |= {
+            "projects written": c.projects,
+            "versions collected": c.outcomes[1],
+            "skipped (stored)": c.outcomes[2],
+            "versions not found": c.outcomes[4],
+            "yanked": c.yanked,
+            "dependencies unknown": c.unknown_dependencies,
+            "failed (retried next run)": c.failed,
+        }
+        if c.waiting_events:
+            rows["not attempted (waiting for a pause)"] = c.waiting_events
+    rows |= {f"{lane} requests": n for lane, n in sorted(report.requests.items())}
+    rows |= {f"{lane} 429s": n for lane, n in sorted(report.rate_limited.items())}
+    show("pypi", rows)
+    if report.seed is not None:
+        for name, reason in sorted(report.seed.failed.items()):
+            console.print(f"seed {name}: {reason}", highlight=False, markup=False)
+    if report.collect is not None:
+        for name, reason in sorted(report.collect.failures.items()):
+            console.print(f"collect {name}: {reason}", highlight=False, markup=False)
 
 
 async def _collect(
@@ -626,6 +636,7 @@ def refresh_command(
     s = guarded(lambda: settings_from(options))
     from stagecrawl.pypi import pipeline, sca
     from stagecrawl.pypi.refresh import refresh
+    from stagecrawl.queue import Waiting
     from stagecrawl.storage.db import Database
 
     wanted = guarded(lambda: pipeline.check_names(names or []))
@@ -644,18 +655,27 @@ def refresh_command(
                     stop,
                     licenses=sca.license_matcher(database),
                 )
+        # What waits for a pause: the projects refresh did not ask, the events collect did
+        # not attempt (the latest time wins).
+        waiting = Waiting.merge([report.pause, collected.waiting if collected else None])
         document: dict[str, Any] = {"refresh": report.as_json()}
         if collected is not None:
             document["collect"] = collected.as_json()
+        if waiting is not None:
+            document["waiting"] = waiting.as_json()
 
         def tables() -> None:
-            show("pypi refresh", {k: v for k, v in report.as_json().items() if k != "failed"})
+            brief = {k: v for k, v in report.as_json().items() if k not in ("failed", "waiting")}
+            if report.waiting:
+                brief["not asked (waiting for a pause)"] = len(report.waiting)
+            show("pypi refresh", brief)
             for name, reason in sorted(report.failed.items()):
                 console.print(f"refresh {name}: {reason}", highlight=False, markup=False)
             if collected is not None:
-                render_collect(collected, Format.table)
+                collect_tables(collected)
 
         emit(fmt, document, tables)
+        print_waiting(waiting, sum(client.fetcher.stats.requests.values()))
         problems = report.problems or (collected is not None and collected.problems)
         interrupted = report.interrupted or (collected is not None and collected.interrupted)
         return exit_code(problems, interrupted, stop)

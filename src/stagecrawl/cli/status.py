@@ -23,6 +23,7 @@ from stagecrawl.cli.common import (
     run,
     settings_from,
 )
+from stagecrawl.components import open_database
 from stagecrawl.crates import tables as crates_tables
 from stagecrawl.crates.queue import PENDING, STATE_NAMES, event_list, seed_queue, utcnow
 from stagecrawl.engine.progress import summary_table
@@ -172,7 +173,7 @@ def status(
     def body() -> int:
         document: dict[str, Any] = {}
         if aircraft is None or s.sources["db"] != "default":
-            database = Database(s.db, read_only=True)
+            database = open_database(s, read_only=True)
             document["crates"] = crates_status(database)
             pypi = pypi_status(database)
             if pypi is not None:
@@ -263,6 +264,9 @@ def _tables(document: dict[str, Any]) -> None:
             rows[f"seed ladder: {seed['project']}"] = seed["reason"] or ""
         rows["VERSION rows"] = pypi["versions"]
         rows["PRODUCT rows"] = pypi["products"]
+        if pypi.get("waiting"):
+            w = pypi["waiting"]
+            rows["not attempted, waiting"] = f"{w['items']} item(s): {w['reason']}"
         print_table(summary_table("PyPI", rows))
     aircraft = document.get("aircraft")
     if aircraft is not None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stagecrawl.components import download_fetcher, effective
+from stagecrawl.components import download_fetcher, effective, open_database
 from stagecrawl.crates.client import CratesClient
 from stagecrawl.crates.config import ai_client, collect_settings, crates_fetcher, is_crates_io
 from stagecrawl.crates.dbdump import DumpReport, load_dump
@@ -76,17 +76,6 @@ class CollectReport:
         )
         return seed or collect or self.waiting is not None
 
-    @property
-    def waiting_line(self) -> str | None:
-        """One line when work waits for a pause: why (naming the source), until when, and
-        whether anything was sent at all."""
-        if self.waiting is None:
-            return None
-        w = self.waiting
-        sent = sum(self.requests.values())
-        what = "nothing sent" if sent == 0 else f"{w.rows} queued item(s) wait"
-        return f"{w.reason}; {what}; rerun after that"
-
     def as_json(self) -> dict[str, Any]:
         document: dict[str, Any] = {}
         if self.seed is not None:
@@ -109,11 +98,7 @@ class CollectReport:
                 "wall_seconds": round(c.wall_seconds, 3),
             }
         if self.waiting is not None:
-            document["waiting"] = {
-                "items": self.waiting.rows,
-                "until": f"{self.waiting.until:%Y-%m-%dT%H:%M:%SZ}",
-                "reason": self.waiting.reason,
-            }
+            document["waiting"] = self.waiting.as_json()
         document["requests"] = dict(sorted(self.requests.items()))
         document["rate_limited"] = dict(sorted(self.rate_limited.items()))
         if self.ai_calls is not None:
@@ -125,12 +110,7 @@ class CollectReport:
 
 def _waiting(db: Database) -> Waiting | None:
     """What waits for a pause on the seed queue and the LIST (the latest time wins)."""
-    with db.reading() as conn:
-        found = [w for q in (seed_queue(db), event_list(db).queue) if (w := q.waiting(conn))]
-    if not found:
-        return None
-    latest = max(found, key=lambda w: w.until)
-    return Waiting(sum(w.rows for w in found), latest.until, latest.reason)
+    return Waiting.on([seed_queue(db), event_list(db).queue])
 
 
 def _traffic(report: CollectReport, client: CratesClient, ai: AiLicenseClient | None) -> None:
@@ -363,7 +343,7 @@ async def run_seed(
     async with crates_fetcher(s) as fetcher:
         await _check_limiter(fetcher)
         # after every check: a refused start creates nothing
-        database = Database(s.db, outage_seconds=s.outage_seconds)
+        database = open_database(s)
         client = CratesClient(fetcher, s.index_url, s.api_url)
         report = await seed(
             database, client, names, stop, resync, progress, s.grace_period, s.concurrency
@@ -385,7 +365,7 @@ async def run_collect(
     async with crates_fetcher(s) as fetcher:
         await _check_limiter(fetcher)
         # after every check: a refused start creates nothing
-        database = Database(s.db, outage_seconds=s.outage_seconds)
+        database = open_database(s)
         client = CratesClient(fetcher, s.index_url, s.api_url)
         settings = collect_settings(s, limit, skip_existing)
         ai = ai_client(s, fetcher)
@@ -416,7 +396,7 @@ async def run_lock(
         inputs = await lock_inputs(repo, tags, pattern, all_tags, lockfile, label, cache, stop)
         client = CratesClient(fetcher, s.index_url, s.api_url)
         report = await lock(
-            lambda: Database(s.db, outage_seconds=s.outage_seconds),
+            lambda: open_database(s),
             client,
             inputs,
             cache,
@@ -464,7 +444,7 @@ async def run_refresh(
 ) -> RefreshRunReport:
     async with crates_fetcher(s) as fetcher:
         await _check_limiter(fetcher)
-        database = Database(s.db, outage_seconds=s.outage_seconds)
+        database = open_database(s)
         checked = await refresh(
             database, fetcher, s.index_url, list(names), stop, s.concurrency, s.grace_period
         )
@@ -504,7 +484,7 @@ async def run_dbdump(
             path = Path(source)
             if not path.is_file():
                 raise InputError(f"dump {source} does not exist")
-        database = Database(s.db, outage_seconds=s.outage_seconds)
+        database = open_database(s)
 
         def advance(_what: str, n: int) -> None:
             if progress is not None:

@@ -8,7 +8,7 @@ import asyncio
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from stagecrawl.components import build_fetcher, download_fetcher
+from stagecrawl.components import build_fetcher, download_fetcher, open_database
 from stagecrawl.crates.audit import (
     AuditReport,
     audit,
@@ -50,7 +50,6 @@ from stagecrawl.sca.osv_import import ImportReport
 from stagecrawl.sca.osv_read import read_advisories
 from stagecrawl.sca.policy import LicenseCheck
 from stagecrawl.settings import Settings
-from stagecrawl.storage.db import Database
 
 SCOPES = ("collected", "all")
 
@@ -82,7 +81,7 @@ async def import_osv(
     if scope not in SCOPES:
         raise InputError(f"--scope must be 'collected' or 'all', not {scope!r}")
     data = await download_or_path(s, source, max_archive_bytes, "OSV source", stop)
-    database = Database(s.db)
+    database = open_database(s)
     report = ImportReport()
     records = read_advisories(data, report.read, max_entry_bytes)
     await asyncio.to_thread(import_advisories, database, records, scope, report)
@@ -184,7 +183,7 @@ async def audit_crates(
     config = gate_config(config_file, request)
     gathered = await gather(s, request, stop)
     try:
-        database = Database(s.db, read_only=True)
+        database = open_database(s, read_only=True)
     except StorageError as exc:
         raise StorageError(f"{exc}; import advisories first: stagecrawl crates vulns") from None
     packages = gathered.packages + collected_packages(database, gathered.whole_crates)
@@ -203,7 +202,7 @@ async def backfill_licenses(
 ) -> tuple[BackfillReport, AiBackfillReport | None]:
     """`crates licenses backfill`: the license columns from the stored LICENSE (no network);
     with an AI classifier URL, LICENSE_AI for every row still NULL."""
-    database = Database(s.db)
+    database = open_database(s)
     report = await asyncio.to_thread(backfill, database, recompute_all)
     ai_report: AiBackfillReport | None = None
     if s.ai_license_url:
@@ -234,7 +233,7 @@ async def check_licenses(
             " stagecrawl.toml (or deny.toml)"
         )
     gathered = await gather(s, inputs, stop) if inputs else None
-    database = Database(s.db, read_only=True)
+    database = open_database(s, read_only=True)
     if gathered is None:
         result = check_database(database, policy)
     else:

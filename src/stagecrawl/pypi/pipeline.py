@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, or_, select, update
+from sqlalchemy import Connection, bindparam, case, literal, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from stagecrawl.engine.fetcher import Fetcher, FetchSettings
@@ -33,13 +33,21 @@ from stagecrawl.pypi.client import API, FILES, FILES_HOST, INDEX, PyPIClient
 from stagecrawl.pypi.locks import LockFile, locks_at_tag, parse_lock
 from stagecrawl.pypi.names import name_problem, normalize
 from stagecrawl.pypi.versions import is_valid, version_key
-from stagecrawl.pypi.work import FAILED, NOT_FOUND, ProjectResult, collect_one, seed_one
+from stagecrawl.pypi.work import (
+    FAILED,
+    NOT_FOUND,
+    WAITING,
+    ProjectResult,
+    collect_one,
+    seed_one,
+)
 from stagecrawl.queue import (
     Claimed,
     Handler,
     Outcome,
     QueueRun,
     RunSettings,
+    Waiting,
     WorkerProgress,
     utcnow,
     worker_id,
@@ -137,7 +145,10 @@ def add_seeds(db: Database, names: Sequence[str], resync: bool = False) -> int:
                     NAME=bindparam("NAME"),
                     STATE=PENDING,
                     RESYNC=or_(table.c.RESYNC, bindparam("RESYNC")),
-                    LAST_ERROR=None,
+                    # a seed that waits for a host's pause keeps its reason (and its time)
+                    LAST_ERROR=case(
+                        (table.c.NOT_BEFORE > literal(now), table.c.LAST_ERROR), else_=None
+                    ),
                     LAST_UPDATED=now,
                 ),
                 again,
@@ -157,11 +168,12 @@ class SeedReport:
     not_found: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     problems: dict[str, list[str]] = field(default_factory=dict)  # invalid versions, files
+    waiting: dict[str, str] = field(default_factory=dict)  # not attempted (a pause): why
     interrupted: bool = False
 
     @property
     def has_problems(self) -> bool:
-        return bool(self.not_found or self.failed)
+        return bool(self.not_found or self.failed or self.waiting)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -172,6 +184,7 @@ class SeedReport:
             "requeued_events": self.counts.requeued,
             "not_found": sorted(self.not_found),
             "failed": dict(sorted(self.failed.items())),
+            "waiting": dict(sorted(self.waiting.items())),
             "problems": dict(sorted(self.problems.items())),
             "interrupted": self.interrupted,
         }
@@ -185,6 +198,7 @@ class SeedResult:
     versions: dict[str, bool] = field(default_factory=dict)  # version -> yanked
     problems: list[str] = field(default_factory=list)
     error: str | None = None
+    not_before: datetime | None = None  # not attempted (a host's pause): waits until then
 
 
 class SeedHandler(Handler[SeedResult]):
@@ -195,6 +209,8 @@ class SeedHandler(Handler[SeedResult]):
         self.registered = 0
 
     def outcomes(self, result: SeedResult) -> Sequence[Outcome]:
+        if result.not_before is not None:
+            return [Outcome.waits(result.seed, result.error or "", result.not_before)]
         count = len(result.versions) if result.state == COLLECTED else None
         return [Outcome(result.seed, result.state, result.error, (("VERSIONS", count),))]
 
@@ -221,6 +237,8 @@ class SeedHandler(Handler[SeedResult]):
                 self.report.projects[r.name] = len(r.versions)
                 if r.problems:
                     self.report.problems[r.name] = r.problems
+            elif r.not_before is not None:
+                self.report.waiting[r.seed.name] = r.error or ""
             elif r.state == EVENT_NOT_FOUND:
                 self.report.not_found.append(r.seed.name)
             else:
@@ -266,6 +284,13 @@ class Seeder:
         outcome = await seed_one(self.client, seed.name)
         if outcome.state == NOT_FOUND:
             return SeedResult(seed, EVENT_NOT_FOUND, error=outcome.error)
+        if outcome.state == WAITING and outcome.until is not None:
+            # Not attempted (the index host asked for a pause longer than we may wait): the
+            # seed waits off the ladder, and this run asks nothing more.
+            reason = outcome.error or ""
+            self.queue.this_run.add(seed.group)
+            self.queue.hold(outcome.until, reason)
+            return SeedResult(seed, seed.state, error=reason, not_before=outcome.until)
         if outcome.state == FAILED or outcome.page is None:
             self.queue.this_run.add(seed.group)
             log.warning("seeding %s failed: %s", seed.name, outcome.error)
@@ -314,6 +339,9 @@ class CollectSummary:
     interrupted: bool = False
     failures: dict[str, str] = field(default_factory=dict)
     problems: dict[str, list[str]] = field(default_factory=dict)
+    # project -> why it was not attempted (a host's pause): it waits, off the retry ladder
+    waiting: dict[str, str] = field(default_factory=dict)
+    waiting_events: int = 0
 
     @property
     def failed(self) -> int:
@@ -329,6 +357,7 @@ class CollectSummary:
             "unknown_dependencies": self.unknown_dependencies,
             "failed": self.failed,
             "failures": dict(sorted(self.failures.items())),
+            "waiting": dict(sorted(self.waiting.items())),
             "problems": dict(sorted(self.problems.items())),
             "lost_leases": self.lost_leases,
             "released": self.released,
@@ -376,6 +405,9 @@ class CollectHandler(Handler[CollectResult]):
                 log.warning("lease lost for %s: another worker has it", result.group[0].name)
                 continue
             for done in result.outcomes:
+                if done.not_before is not None:
+                    s.waiting_events += 1  # not attempted: neither done nor failed
+                    continue
                 s.outcomes[done.state] += 1
                 if done.state >= LIST_CODES.first_failure and done.error:
                     s.failures[result.group[0].name] = done.error
@@ -505,6 +537,16 @@ class Collector:
         if result.state == NOT_FOUND:
             outcomes += [Outcome(e, EVENT_NOT_FOUND, result.error) for e in todo]
             return CollectResult(group, outcomes)
+        if result.state == WAITING and result.until is not None:
+            # Not attempted (a host asked for a pause longer than we may wait): the events
+            # stay on their rung with the reason and their time, and the run claims nothing
+            # more.
+            reason = result.error or ""
+            self.queue.this_run.add(group[0].group)
+            self.queue.hold(result.until, reason)
+            self.summary.waiting[name] = reason
+            outcomes += [Outcome.waits(e, reason, result.until) for e in todo]
+            return CollectResult(group, outcomes)
         if result.state == FAILED:
             self.queue.this_run.add(group[0].group)
             outcomes += [
@@ -531,6 +573,9 @@ class CollectReport:
     collect: CollectSummary | None = None
     requests: dict[str, int] = field(default_factory=dict)
     rate_limited: dict[str, int] = field(default_factory=dict)
+    # work not attempted that waits for a time still to come (a host's pause, our budget),
+    # on the LIST and the seed queue together, after the run
+    waiting: Waiting | None = None
 
     @property
     def interrupted(self) -> bool:
@@ -544,7 +589,7 @@ class CollectReport:
         collect = self.collect is not None and bool(
             self.collect.failed or self.collect.outcomes[EVENT_NOT_FOUND]
         )
-        return seed or collect
+        return seed or collect or self.waiting is not None
 
     def as_json(self) -> dict[str, Any]:
         document: dict[str, Any] = {}
@@ -552,6 +597,8 @@ class CollectReport:
             document["seed"] = self.seed.as_json()
         if self.collect is not None:
             document["collect"] = self.collect.as_json()
+        if self.waiting is not None:
+            document["waiting"] = self.waiting.as_json()
         document["requests"] = dict(sorted(self.requests.items()))
         document["rate_limited"] = dict(sorted(self.rate_limited.items()))
         return document
@@ -561,6 +608,11 @@ def _traffic(report: CollectReport, client: PyPIClient) -> None:
     stats = client.fetcher.stats
     report.requests = {lane: n for lane, n in stats.requests.items() if n}
     report.rate_limited = {lane: n for lane, n in stats.rate_limited.items() if n}
+
+
+def waiting(db: Database) -> Waiting | None:
+    """What waits for a pause on PyPI's seed queue and LIST (the latest time wins)."""
+    return Waiting.on([tables.seed_queue(db), tables.event_list(db).queue])
 
 
 async def seed(
@@ -577,6 +629,7 @@ async def seed(
     seeder = Seeder(db, client, stop, concurrency, grace_period=grace_period)
     report = CollectReport(seed=await seeder.run())
     _traffic(report, client)
+    report.waiting = await asyncio.to_thread(waiting, db)
     return report
 
 
@@ -631,6 +684,7 @@ async def collect(
             raise error
     report = CollectReport(seed=seeding.result(), collect=collecting.result())
     _traffic(report, client)
+    report.waiting = await asyncio.to_thread(waiting, db)
     return report
 
 

@@ -2,7 +2,12 @@
 with a conditional GET (the stored ETag): 304 costs nothing; a changed page registers its new
 versions as LIST events (collected next), flips YANKED where a yank was made or reversed
 (VERSION and LIST), and brings PRODUCT's LATEST_VERSION, COMP_STATUS, VERSION_COUNT, ETAG and
-LAST_SERIAL (`_last-serial` / `X-PyPI-Last-Serial`) up to date."""
+LAST_SERIAL (`_last-serial` / `X-PyPI-Last-Serial`) up to date.
+
+A host that asks for a pause longer than the run may wait (a long Retry-After, our backoff
+after 429s, a spent budget) is not a failure: the project, and every one not asked yet, is
+not attempted and waits (`waiting`, `pause`); its stored ETag is unchanged, so the next
+refresh asks again."""
 
 from __future__ import annotations
 
@@ -10,19 +15,20 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection
 
 from stagecrawl.engine.fetcher import Validators
 from stagecrawl.engine.shutdown import GracefulStop
-from stagecrawl.errors import FetchError, NotFound
+from stagecrawl.errors import FetchError, NotFound, RateLimited
 from stagecrawl.pypi import tables
 from stagecrawl.pypi.client import PyPIClient, SimplePage
 from stagecrawl.pypi.names import normalize
 from stagecrawl.pypi.simple import SimpleFormatError
-from stagecrawl.pypi.work import explain
-from stagecrawl.queue import utcnow
+from stagecrawl.pypi.work import explain, pause
+from stagecrawl.queue import Waiting, utcnow
 from stagecrawl.queue.events import NewEvent
 from stagecrawl.storage.db import Database
 
@@ -38,11 +44,26 @@ class RefreshReport:
     yank_flips: int = 0
     not_found: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
+    # project -> why it was not asked (a host's pause): not a failure, asked again next run
+    waiting: dict[str, str] = field(default_factory=dict)
+    until: datetime | None = None  # the latest time the pause lasts
+    reason: str = ""  # ... and why, naming the source
     interrupted: bool = False
 
     @property
     def problems(self) -> bool:
-        return bool(self.not_found or self.failed)
+        return bool(self.not_found or self.failed or self.waiting)
+
+    @property
+    def pause(self) -> Waiting | None:
+        """The projects not asked, as the queues say what waits: how many, until, why."""
+        if not self.waiting or self.until is None:
+            return None
+        return Waiting(len(self.waiting), self.until, self.reason)
+
+    def hold(self, until: datetime, reason: str) -> None:
+        if self.until is None or until > self.until:
+            self.until, self.reason = until, reason
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -53,6 +74,7 @@ class RefreshReport:
             "yank_flips": self.yank_flips,
             "not_found": sorted(self.not_found),
             "failed": dict(sorted(self.failed.items())),
+            "waiting": dict(sorted(self.waiting.items())),
             "interrupted": self.interrupted,
         }
 
@@ -97,17 +119,27 @@ async def refresh(
             if stop.requested:
                 report.interrupted = True
                 return
-            report.checked += 1
+            if report.until is not None:  # nothing can be sent before then: not asked
+                report.waiting[name] = report.reason
+                return
             etag = etags.get(name)
             try:
                 page = await client.simple(name, Validators(etag=etag) if etag else None)
+            except RateLimited as exc:  # not attempted: not checked, not failed
+                reason, until = pause(exc)
+                report.hold(until, reason)
+                report.waiting[name] = reason
+                return
             except NotFound:
+                report.checked += 1
                 report.not_found.append(name)
                 return
             except (FetchError, SimpleFormatError) as exc:
+                report.checked += 1
                 report.failed[name] = f"index: {explain(exc)}"
                 log.warning("refreshing %s failed: %s", name, report.failed[name])
                 return
+            report.checked += 1
             if page is None:
                 report.unchanged += 1
                 return

@@ -1,7 +1,7 @@
 """One unit of PyPI work, as the queue's handlers run it: seeding a name (its Simple page says
 which versions exist) and collecting a project's pending versions (rows for VERSION and
-PRODUCT). Failures come back typed with a one-line reason for the retry ladder; nothing here
-writes to the database."""
+PRODUCT). Failures come back typed with a one-line reason for the retry ladder, a host's pause as
+WAITING with its reason and time; nothing here writes to the database."""
 
 from __future__ import annotations
 
@@ -11,17 +11,22 @@ from typing import Any
 
 from packaging.version import Version
 
-from stagecrawl.errors import FetchError, NotFound
+from stagecrawl.errors import FetchError, NotFound, RateLimited
 from stagecrawl.pypi.client import PyPIClient, SimplePage
 from stagecrawl.pypi.collect import CollectedProject, collect_project
 from stagecrawl.pypi.collect import product_row as build_product_row
 from stagecrawl.pypi.collect import version_row as build_version_row
 from stagecrawl.pypi.simple import SimpleFormatError
 from stagecrawl.pypi.versions import version_key
+from stagecrawl.queue import utcnow
 from stagecrawl.sca.matcher import LicenseMatcher
 from stagecrawl.secrets import redact
 
 SEEDED, NOT_FOUND, FAILED = "seeded", "not-found", "failed"
+# Not attempted: the host asked for a pause longer than the run may wait (its Retry-After, our
+# backoff after 429s) or our budget is spent. The work waits until `until`, off the retry
+# ladder: no failure of its own.
+WAITING = "waiting"
 
 
 def explain(exc: Exception) -> str:
@@ -35,12 +40,18 @@ def explain(exc: Exception) -> str:
     return redact(" ".join(text.split()))[:2000]
 
 
+def pause(exc: RateLimited) -> tuple[str, datetime]:
+    """Why work waits (naming the source, secrets masked) and until when."""
+    return redact(exc.pause_text), exc.until or utcnow()
+
+
 @dataclass
 class SeedOutcome:
     name: str
     page: SimplePage | None
     state: str
     error: str | None = None
+    until: datetime | None = None  # WAITING: not before then
 
 
 async def seed_one(client: PyPIClient, name: str) -> SeedOutcome:
@@ -48,6 +59,9 @@ async def seed_one(client: PyPIClient, name: str) -> SeedOutcome:
         page = await client.simple(name)
     except NotFound:
         return SeedOutcome(name, None, NOT_FOUND, "not on the index")
+    except RateLimited as exc:
+        reason, until = pause(exc)
+        return SeedOutcome(name, None, WAITING, reason, until)
     except (FetchError, SimpleFormatError) as exc:
         return SeedOutcome(name, None, FAILED, f"index: {explain(exc)}")
     assert page is not None
@@ -63,6 +77,7 @@ class ProjectResult:
     version_rows: list[dict[str, Any]] = field(default_factory=list)
     product_row: dict[str, Any] | None = None
     missing: set[str] = field(default_factory=set)  # asked for, not on the Simple page
+    until: datetime | None = None  # WAITING: not before then
 
     @property
     def listed(self) -> dict[Version | str, bool]:
@@ -87,6 +102,9 @@ async def collect_one(
         collected = await collect_project(client, name, wanted=versions, skip=skip)
     except NotFound:
         return ProjectResult(name, NOT_FOUND, "not on the index")
+    except RateLimited as exc:  # on any of its requests: the project waits whole
+        reason, until = pause(exc)
+        return ProjectResult(name, WAITING, reason, until=until)
     except (FetchError, SimpleFormatError) as exc:
         return ProjectResult(name, FAILED, explain(exc))
     listed = {version_key(r.version) for r in collected.page.project.releases}

@@ -34,6 +34,33 @@ class Waiting:
     until: datetime
     reason: str
 
+    @staticmethod
+    def on(queues: Sequence[SqlQueue]) -> Waiting | None:
+        """What waits on these queues of one database (a registry's seed queue and its LIST),
+        together: the rows added up, the latest time and its reason (the one a rerun waits
+        for)."""
+        if not queues:
+            return None
+        with queues[0].db.reading() as conn:
+            found = [w for q in queues if (w := q.waiting(conn)) is not None]
+        return Waiting.merge(found)
+
+    @staticmethod
+    def merge(found: Sequence[Waiting | None]) -> Waiting | None:
+        """Several waits as one: the rows added up, the latest time and its reason."""
+        present = [w for w in found if w is not None]
+        if not present:
+            return None
+        latest = max(present, key=lambda w: w.until)
+        return Waiting(sum(w.rows for w in present), latest.until, latest.reason)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "items": self.rows,
+            "until": f"{self.until:%Y-%m-%dT%H:%M:%SZ}",
+            "reason": self.reason,
+        }
+
 
 class SqlQueue:
     """One queue table of one database."""
