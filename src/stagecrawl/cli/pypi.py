@@ -43,6 +43,7 @@ from stagecrawl.cli.common import (
     settings_from,
     show,
 )
+from stagecrawl.components import open_database
 from stagecrawl.errors import InputError
 from stagecrawl.pypi.names import name_problem
 from stagecrawl.settings import Settings
@@ -199,11 +200,10 @@ async def _collect(
     skip_existing: bool,
 ) -> int:
     from stagecrawl.pypi import pipeline, sca
-    from stagecrawl.storage.db import Database
 
     client = make_client(s)
     async with client.fetcher:
-        database = Database(s.db)  # after every check: a refused start creates nothing
+        database = open_database(s)  # after every check: a refused start creates nothing
         with progress("collecting", fmt) as bar:
             report = await pipeline.collect(
                 database,
@@ -223,11 +223,10 @@ async def _seed(
     s: Settings, stop: GracefulStop, fmt: Format, names: list[str], resync: bool
 ) -> int:
     from stagecrawl.pypi import pipeline
-    from stagecrawl.storage.db import Database
 
     client = make_client(s)
     async with client.fetcher:
-        database = Database(s.db)
+        database = open_database(s)
         report = await pipeline.seed(
             database, client, names, stop, s.concurrency, resync, s.grace_period
         )
@@ -339,12 +338,11 @@ async def _lock(
     lockfile: Path | None,
 ) -> int:
     from stagecrawl.pypi import pipeline
-    from stagecrawl.storage.db import Database
 
     found = await pipeline.lock_files(
         repo, tags, pattern, all_tags, lockfile, Path(s.cache_dir), stop
     )
-    database = Database(s.db)  # the inputs were read: a bad one creates nothing
+    database = open_database(s)  # the inputs were read: a bad one creates nothing
     report = pipeline.register_locks(database, found)
     render_lock(report, fmt)
     return exit_code(report.problems, report.interrupted, stop)
@@ -420,13 +418,12 @@ def vulns_command(
     options = locals()
     s = guarded(lambda: settings_from(options))
     from stagecrawl.pypi import sca
-    from stagecrawl.storage.db import Database
 
     async def body(stop: GracefulStop) -> int:
         if scope not in sca.SCOPES:
             raise InputError(f"--scope must be 'collected' or 'all', not {scope!r}")
         data = await _osv_source(s, source, max_archive_mb * 1024 * 1024, stop)
-        database = Database(s.db)
+        database = open_database(s)
         report = await asyncio.to_thread(sca.import_osv, database, data, scope, max_entry_kb * 1024)
 
         def tables() -> None:
@@ -637,14 +634,13 @@ def refresh_command(
     from stagecrawl.pypi import pipeline, sca
     from stagecrawl.pypi.refresh import refresh
     from stagecrawl.queue import Waiting
-    from stagecrawl.storage.db import Database
 
     wanted = guarded(lambda: pipeline.check_names(names or []))
 
     async def body(stop: GracefulStop) -> int:
         client = make_client(s)
         async with client.fetcher:
-            database = Database(s.db)
+            database = open_database(s)
             report = await refresh(database, client, wanted, stop, s.concurrency)
             collected: CollectReport | None = None
             if collect and report.new_events and not stop.requested:
