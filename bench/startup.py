@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -32,10 +33,16 @@ from rich.table import Table
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 
-def seconds(argv: list[str], env: dict[str, str]) -> tuple[float, int]:
+def seconds(argv: list[str], env: dict[str, str]) -> tuple[float, float, int]:
+    """Wall time, the child's CPU time (user + system: less moved by other processes' load
+    than the wall time is), exit code."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     done = subprocess.run(argv, capture_output=True, env=env)
-    return time.perf_counter() - started, done.returncode
+    took = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return took, cpu, done.returncode
 
 
 def main() -> None:
@@ -85,17 +92,20 @@ def main() -> None:
             for env in envs.values():
                 seconds(argv, env)
         times: dict[tuple[str, str], list[float]] = {}
+        cpus: dict[tuple[str, str], list[float]] = {}
         codes: dict[tuple[str, str], int] = {}
         for _ in range(args.runs):  # interleaved: a change of load hits every row alike
             for label, argv in cases:
                 for tree, env in envs.items():
-                    took, code = seconds(argv, env)
+                    took, cpu, code = seconds(argv, env)
                     times.setdefault((label, tree), []).append(took)
+                    cpus.setdefault((label, tree), []).append(cpu)
                     codes[(label, tree)] = code
     load = f"load average {load_before:.1f} → {os.getloadavg()[0]:.1f}"
     table = Table(title=f"start-up, median of {args.runs} ({load})", title_justify="left")
     columns = ["command", "tree", "exit", "median s", "× python", "× typer import"]
     columns += ["× against"] if args.against else []
+    columns += ["CPU s"] + (["CPU × against"] if args.against else [])
     for column in columns:
         table.add_column(column, justify="left" if column in ("command", "tree") else "right")
     for label, _ in cases:
@@ -113,6 +123,10 @@ def main() -> None:
             ]
             if args.against:  # this tree's median over the other's, same command, same run
                 cells.append(f"{median / statistics.median(times[(label, 'against')]):.2f}")
+            cpu = statistics.median(cpus[(label, tree)])
+            cells.append(f"{cpu:.3f}")
+            if args.against:
+                cells.append(f"{cpu / statistics.median(cpus[(label, 'against')]):.2f}")
             table.add_row(*cells)
     Console().print(table)
 
