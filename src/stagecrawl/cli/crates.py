@@ -106,6 +106,10 @@ def render_collect(report: pipeline.CollectReport, fmt: Format) -> None:
                 "not in the index": ", ".join(sorted(seed.not_found)) or 0,
                 "on the seed ladder (failed)": len(seed.failed),
             }
+            if seed.interrupted:
+                rows["returned to the seed queue"] = seed.released
+                if seed.given_back:
+                    rows["  why"] = seed.given_back
             show("seed", rows)
         summary = report.collect
         if summary is not None:
@@ -123,6 +127,8 @@ def render_collect(report: pipeline.CollectReport, fmt: Format) -> None:
                 rows["crates lost to another worker"] = summary.lost_leases
             if summary.interrupted:
                 rows["returned to the queue"] = summary.released
+                if summary.given_back:
+                    rows["  why"] = summary.given_back
         else:
             rows = {}
         problems = _index_problems(report)
