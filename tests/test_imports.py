@@ -126,15 +126,9 @@ PIPELINES = (
 )
 NOT_IMPORTED: dict[str, tuple[str, ...]] = {
     "--help": (*PIPELINES, "sqlalchemy", "asyncio", "pydantic"),
-    # pydantic: typer's coercion, needed by no value these commands are given (cli/coercion.py)
-    "crates --help": (*PIPELINES, "sqlalchemy", "stagecrawl.storage.db", "pydantic"),
-    "pypi --help": (*PIPELINES, "sqlalchemy", "stagecrawl.storage.db", "pydantic"),
-    "aircraft --help": (
-        *PIPELINES,
-        "stagecrawl.aircraft.run",
-        "stagecrawl.engine.frontier",
-        "pydantic",
-    ),
+    "crates --help": (*PIPELINES, "sqlalchemy", "stagecrawl.storage.db"),
+    "pypi --help": (*PIPELINES, "sqlalchemy", "stagecrawl.storage.db"),
+    "aircraft --help": (*PIPELINES, "stagecrawl.aircraft.run", "stagecrawl.engine.frontier"),
     # status reads counts through SQLAlchemy Core and the SQLite dialect, nothing else
     "status": (
         *PIPELINES,
@@ -143,7 +137,6 @@ NOT_IMPORTED: dict[str, tuple[str, ...]] = {
         "sqlalchemy.dialects.mysql",
         "stagecrawl.engine.frontier",
         "stagecrawl.engine.fetcher",
-        "pydantic",
     ),
 }
 

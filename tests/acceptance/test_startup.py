@@ -4,7 +4,6 @@ starts is measured in bench/startup.py, never asserted here.)"""
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
@@ -13,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from stagecrawl.cli.commands import LAZY, load
-from stagecrawl.storage.db import Database
 from tests.cli import cli_env, stagecrawl
 
 
@@ -83,22 +81,3 @@ def test_a_signal_during_start_up_exits_quietly(
     messages = [line for line in rest.splitlines() if not line.startswith("import time:")]
     assert proc.returncode == code, messages
     assert not any("Traceback" in m or "KeyboardInterrupt" in m for m in messages), messages
-
-
-def test_option_values_are_read_as_typer_reads_them(tmp_path: Path) -> None:
-    """cli/coercion.py passes values needing no conversion without pydantic: an enum's exact
-    value, a path and a bounded number still reach the command as typer makes them, and a bad
-    value is refused in typer's own words."""
-    url = f"sqlite:///{tmp_path / 'empty.db'}"
-    Database(url).dispose()
-    (tmp_path / "out" / ".stagecrawl").mkdir(parents=True)
-    done = stagecrawl(
-        "status", "--format", "json", "--db", url, "--aircraft", str(tmp_path / "out")
-    )
-    assert done.returncode == 0, done.stderr
-    document = json.loads(done.stdout)
-    assert document["crates"]["versions"] == 0 and document["aircraft"]["passes"] == {}
-    bad = stagecrawl("status", "--format", "JSON", "--db", url)
-    assert bad.returncode == 2 and "'JSON' is not one of 'table', 'json'" in bad.stderr
-    bound = stagecrawl("crates", "collect", "--limit", "0", "--db", url)
-    assert bound.returncode == 2 and "greater than or equal to 1" in bound.stderr

@@ -11,10 +11,7 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from stagecrawl import __version__
-from stagecrawl.cli import coercion
 from stagecrawl.cli.common import setup_logging
-
-coercion.install()  # before any option is processed: pydantic only for values that need it
 
 # name -> (where the command or its group lives, the one-line help `--help` shows without
 # importing it, and for a group of one command: that command's name). A test loads each
