@@ -96,3 +96,16 @@ def test_canonical_form() -> None:
     assert canonical_url("HTTP://Example.org:80/a?b=2&a=1#x") == "http://example.org/a?a=1&b=2"
     assert canonical_url("https://h:8443") == "https://h:8443/"
     assert Request("https://h/p?z=1&y=2").key == "https://h/p?y=2&z=1"
+
+
+def test_a_canonical_url_is_its_own_canonical_form() -> None:
+    """A key is a URL that fetches the same thing: canonicalising it again changes nothing
+    (an IPv6 host keeps its brackets: `http://::1:8080/` is no URL)."""
+    for authority, path, query in itertools.product(AUTHORITIES, PATHS, QUERIES):
+        url = f"http://{authority}{path}{query}"
+        try:
+            key = canonical_url(url)
+        except ValueError:  # a port out of range: no canonical form
+            continue
+        assert canonical_url(key) == key, url
+    assert canonical_url("http://[::1]:8080/a") == "http://[::1]:8080/a"

@@ -90,6 +90,8 @@ def _canonical_general(url: str) -> str:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     host = (parts.hostname or "").lower()
+    if ":" in host:  # an IPv6 literal: urlsplit drops its brackets, the URL needs them
+        host = f"[{host}]"
     port = parts.port
     netloc = (
         host
