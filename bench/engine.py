@@ -1,25 +1,32 @@
 """Engine throughput against the loopback test origin, beside bare clients in the same run.
 
-    python bench/engine.py [--requests 5000] [--repeat 3]
+    python bench/engine.py [--requests 5000] [--repeat 5] [--httpx]
 
 The origin runs in its own process so it does not share the GIL with the client under test.
-Prints requests/s (median of --repeat runs) of: the engine (Crawler + Fetcher on the work
-loop, with the durable SQLite frontier on disk and a null sink), a bare aiohttp loop with a
-semaphore, and a bare httpx.AsyncClient loop, at concurrency 1, 16 and 64, with the engine's
-ratio to the bare aiohttp loop (its own transport).
+For each concurrency (1, 16, 64) and round, the engine (Crawler + Fetcher on the work loop,
+with the durable SQLite frontier on disk and a null sink) and a bare aiohttp loop with a
+semaphore (its own transport) run back to back, in alternating order round by round, so a
+neighbour's load or a warm cache favours neither. Reported: the median of the per-round
+ratios engine / aiohttp (throughput, and client CPU per request: `time.process_time`, every
+thread of this process, the frontier's included), with their range, and each side's median
+requests/s and CPU microseconds per request. `--httpx` adds a bare httpx.AsyncClient loop.
+The load average before and after is printed: the machine may be shared.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import httpx
@@ -47,7 +54,26 @@ class NullSink:
         pass
 
 
-async def engine_run(urls: list[str], concurrency: int) -> float:
+class Sample:
+    """One run: requests/s, and client CPU microseconds per request."""
+
+    def __init__(self, count: int, wall: float, cpu: float) -> None:
+        self.rate = count / wall
+        self.cpu_us = cpu / count * 1e6
+
+
+class Clocks:
+    def __enter__(self) -> Clocks:
+        self.wall = time.perf_counter()
+        self.cpu = time.process_time()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall = time.perf_counter() - self.wall
+        self.cpu = time.process_time() - self.cpu
+
+
+async def engine_run(urls: list[str], concurrency: int) -> Sample:
     settings = FetchSettings(max_connections=concurrency)
     with tempfile.TemporaryDirectory() as tmp:
         frontier = Frontier(Path(tmp) / "frontier.sqlite")  # durable: on disk, WAL
@@ -59,15 +85,14 @@ async def engine_run(urls: list[str], concurrency: int) -> float:
                 frontier,
                 LoopSettings(concurrency=concurrency, commit_batch=256),
             )
-            started = time.perf_counter()
-            summary = await crawler.run()
-            elapsed = time.perf_counter() - started
+            with Clocks() as clocks:
+                summary = await crawler.run()
         frontier.close()
     assert summary.requests_done == len(urls) and not summary.errors
-    return len(urls) / elapsed
+    return Sample(len(urls), clocks.wall, clocks.cpu)
 
 
-async def httpx_run(urls: list[str], concurrency: int) -> float:
+async def httpx_run(urls: list[str], concurrency: int) -> Sample:
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     sem = asyncio.Semaphore(concurrency)
     async with httpx.AsyncClient(limits=limits) as client:
@@ -77,12 +102,12 @@ async def httpx_run(urls: list[str], concurrency: int) -> float:
                 response = await client.get(url)
                 assert response.status_code == 200 and response.content
 
-        started = time.perf_counter()
-        await asyncio.gather(*(one(u) for u in urls))
-        return len(urls) / (time.perf_counter() - started)
+        with Clocks() as clocks:
+            await asyncio.gather(*(one(u) for u in urls))
+    return Sample(len(urls), clocks.wall, clocks.cpu)
 
 
-async def aiohttp_run(urls: list[str], concurrency: int) -> float:
+async def aiohttp_run(urls: list[str], concurrency: int) -> Sample:
     sem = asyncio.Semaphore(concurrency)
     connector = aiohttp.TCPConnector(limit=concurrency)
     async with aiohttp.ClientSession(connector=connector) as session:
@@ -91,16 +116,36 @@ async def aiohttp_run(urls: list[str], concurrency: int) -> float:
             async with sem, session.get(url) as response:
                 assert response.status == 200 and await response.read()
 
-        started = time.perf_counter()
-        await asyncio.gather(*(one(u) for u in urls))
-        return len(urls) / (time.perf_counter() - started)
+        with Clocks() as clocks:
+            await asyncio.gather(*(one(u) for u in urls))
+    return Sample(len(urls), clocks.wall, clocks.cpu)
+
+
+Runner = Callable[[list[str], int], Coroutine[Any, Any, Sample]]
+
+
+def spread(values: list[float]) -> str:
+    """Median and range, e.g. `0.97 (0.91–1.02)`."""
+    return f"{statistics.median(values):.2f} ({min(values):.2f}–{max(values):.2f})"
+
+
+def load() -> str:
+    return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--requests", type=int, default=5000)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--httpx", action="store_true", help="add a bare httpx loop (slow)")
+    parser.add_argument(
+        "--concurrency", type=int, nargs="+", default=[1, 16, 64], help="levels to measure"
+    )
+    parser.add_argument(
+        "--json", type=Path, help="also write every round's figures here (to pool runs)"
+    )
     args = parser.parse_args()
+    load_before = load()
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "p.json").write_bytes(BODY)
         origin = subprocess.Popen(
@@ -112,41 +157,71 @@ def main() -> None:
             assert origin.stdout is not None
             base = origin.stdout.readline().strip()
             table = Table(
-                title=f"engine (durable frontier) vs bare clients, {args.requests} GETs,"
-                f" median of {args.repeat}, loopback origin"
+                title=f"engine (durable frontier) vs bare aiohttp, {args.requests} GETs,"
+                f" {args.repeat} rounds in alternating order, loopback origin;"
+                " ratios: median of per-round ratios (range)"
             )
-            for column in (
+            columns = [
                 "concurrency",
                 "engine req/s",
-                "bare httpx req/s",
-                "bare aiohttp req/s",
-                "engine / bare aiohttp",
-                "aiohttp / httpx",
-            ):
+                "aiohttp req/s",
+                "engine / aiohttp req/s",
+                "engine CPU µs/req",
+                "aiohttp CPU µs/req",
+                "engine / aiohttp CPU",
+            ]
+            if args.httpx:
+                columns += ["httpx req/s", "aiohttp / httpx"]
+            for column in columns:
                 table.add_column(column, justify="right")
-            for concurrency in (1, 16, 64):
+            rounds: dict[str, dict[str, list[float]]] = {}
+            for concurrency in args.concurrency:
                 count = args.requests if concurrency > 1 else args.requests // 3
-                samples: dict[str, list[float]] = {"engine": [], "httpx": [], "aiohttp": []}
-                for round_ in range(args.repeat):  # interleaved, so drift hits all alike
-                    for name, runner in (
-                        ("engine", engine_run),
-                        ("httpx", httpx_run),
-                        ("aiohttp", aiohttp_run),
-                    ):
+                runners: list[tuple[str, Runner]] = [
+                    ("engine", engine_run),
+                    ("aiohttp", aiohttp_run),
+                ]
+                samples: dict[str, list[Sample]] = {"engine": [], "aiohttp": [], "httpx": []}
+                for round_ in range(args.repeat):
+                    # alternate who goes first, so drift and warm-up hit both alike
+                    order = runners if round_ % 2 == 0 else runners[::-1]
+                    if args.httpx:
+                        order = [*order, ("httpx", httpx_run)]
+                    for name, runner in order:
                         # distinct URLs per run: the engine dedups by URL
                         tag = f"{name}{concurrency}r{round_}"
                         urls = [f"{base}/p.json?run={tag}&n={i}" for i in range(count)]
                         samples[name].append(asyncio.run(runner(urls, concurrency)))
-                results = {name: statistics.median(v) for name, v in samples.items()}
-                table.add_row(
+                engine, bare = samples["engine"], samples["aiohttp"]
+                rate_ratios = [e.rate / a.rate for e, a in zip(engine, bare, strict=True)]
+                cpu_ratios = [e.cpu_us / a.cpu_us for e, a in zip(engine, bare, strict=True)]
+                row = [
                     str(concurrency),
-                    f"{results['engine']:.0f}",
-                    f"{results['httpx']:.0f}",
-                    f"{results['aiohttp']:.0f}",
-                    f"{results['engine'] / results['aiohttp']:.2f}",
-                    f"{results['aiohttp'] / results['httpx']:.2f}",
-                )
-            Console().print(table)
+                    f"{statistics.median(s.rate for s in engine):.0f}",
+                    f"{statistics.median(s.rate for s in bare):.0f}",
+                    spread(rate_ratios),
+                    f"{statistics.median(s.cpu_us for s in engine):.0f}",
+                    f"{statistics.median(s.cpu_us for s in bare):.0f}",
+                    spread(cpu_ratios),
+                ]
+                if args.httpx:
+                    httpx_rate = statistics.median(s.rate for s in samples["httpx"])
+                    aiohttp_rate = statistics.median(s.rate for s in bare)
+                    row += [f"{httpx_rate:.0f}", f"{aiohttp_rate / httpx_rate:.2f}"]
+                table.add_row(*row)
+                rounds[str(concurrency)] = {
+                    "engine_rate": [e.rate for e in engine],
+                    "aiohttp_rate": [a.rate for a in bare],
+                    "engine_cpu_us": [e.cpu_us for e in engine],
+                    "aiohttp_cpu_us": [a.cpu_us for a in bare],
+                }
+            console = Console(width=160)
+            console.print(table)
+            load_after = load()
+            console.print(f"load average (1, 5, 15 min): before {load_before}, after {load_after}")
+            if args.json is not None:
+                figures = {"load": [load_before, load_after], "rounds": rounds}
+                args.json.write_text(json.dumps(figures, indent=1))
         finally:
             origin.terminate()
             origin.wait()

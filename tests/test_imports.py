@@ -1,13 +1,21 @@
 """The import graph (issue 17): the core packages import no registry or pipeline package, and
 no two packages import each other, directly or round a longer cycle. Read from the source with
-`ast` (every import, also those inside functions), so a lazy import does not hide an arrow."""
+`ast` (every import, also those inside functions), so a lazy import does not hide an arrow.
+And what `--help`, each group's `--help` and `status` import when run (issue 20: a fast start)."""
 
 from __future__ import annotations
 
 import ast
 import itertools
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
+
+from stagecrawl.storage.db import Database
+from tests.cli import cli_env
 
 SOURCE = Path(__file__).resolve().parent.parent / "src" / "stagecrawl"
 CORE = {"engine", "queue", "storage", "sca"}
@@ -106,3 +114,50 @@ def test_no_import_cycle_between_packages() -> None:
         for cycle in cycles
     ]
     assert not described
+
+
+# What a command must not import to start at once (issue 20: `--help` and `status` within
+# 0.4 s; bench/startup.py measures it). Each list names what that command does not use.
+PIPELINES = (
+    "aiohttp",
+    "stagecrawl.crates.pipeline",
+    "stagecrawl.pypi.pipeline",
+    "stagecrawl.sca.audit",
+)
+NOT_IMPORTED: dict[str, tuple[str, ...]] = {
+    "--help": (*PIPELINES, "sqlalchemy", "asyncio", "pydantic"),
+    "crates --help": (*PIPELINES, "sqlalchemy", "stagecrawl.storage.db"),
+    "pypi --help": (*PIPELINES, "sqlalchemy", "stagecrawl.storage.db"),
+    "aircraft --help": (*PIPELINES, "stagecrawl.aircraft.run", "stagecrawl.engine.frontier"),
+    # status reads counts through SQLAlchemy Core and the SQLite dialect, nothing else
+    "status": (
+        *PIPELINES,
+        "sqlalchemy.orm",
+        "sqlalchemy.dialects.postgresql",
+        "sqlalchemy.dialects.mysql",
+        "stagecrawl.engine.frontier",
+        "stagecrawl.engine.fetcher",
+    ),
+}
+
+
+@pytest.mark.parametrize("command", sorted(NOT_IMPORTED))
+def test_a_command_imports_only_what_it_uses(command: str, tmp_path: Path) -> None:
+    """Run as a user runs it (a fresh interpreter), then read `sys.modules`."""
+    args = command.split()
+    if command == "status":
+        url = f"sqlite:///{tmp_path / 'empty.db'}"
+        Database(url).dispose()  # an empty database: status opens it and reads every count
+        args += ["--db", url]
+    probe = (
+        "import sys\n"
+        "from stagecrawl.cli import main\n"
+        f"sys.argv = ['stagecrawl', *{args!r}]\n"
+        "try:\n    main()\nexcept SystemExit as exit:\n    code = exit.code\n"
+        f"loaded = [m for m in {NOT_IMPORTED[command]!r} if m in sys.modules]\n"
+        "print('EXIT', code, 'LOADED', loaded, file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=cli_env(), timeout=120
+    )
+    assert "EXIT 0 LOADED []" in done.stderr, done.stderr[-2000:]

@@ -26,7 +26,11 @@ from tests.acceptance.conftest import NAMES, Mirror, dump, spawn, stagecrawl
 
 GRACE = 1.0
 ENV = {"STAGECRAWL_GRACE_PERIOD": str(GRACE)}
-BOUND = 2.0 + GRACE + 1.5  # the promise, plus process start-up and teardown on a busy machine
+# Far short of every wait these phases hold (a 30 s stall, 29 s of seeding or lock at 1/s,
+# 10 s a request at 0.1/s, a 600 s budget, a 120 s Retry-After, a 5,000 s trickle), so a
+# stop that waited one out fails, and far from what a loaded machine's start-up and teardown
+# add. How fast a stop is (the issue's 2 s) is bench/stops.py's to measure, beside a baseline.
+BOUND = 15.0
 
 
 class Stopped(NamedTuple):
@@ -104,9 +108,15 @@ def test_lock_stops(mirror: Mirror, tmp_path: Path) -> None:
     mirror.index.rule("/*", stall=30)
     url = f"sqlite:///{tmp_path / 'lock.db'}"
     process = spawn("crates", "lock", "--lockfile", str(lock), "--db", url, *mirror.urls(), env=ENV)
-    code, took, stderr, *_ = stop_when(process, lambda: bool(mirror.index.log), signal.SIGINT)
+    code, _, stderr, _, stdout = stop_when(process, lambda: bool(mirror.index.log), signal.SIGINT)
     assert code == 130, stderr
-    assert took < BOUND, took
+    # The index request on the wire got the grace period and was then cancelled by the phase
+    # itself, which reports what it did; not cut off by the command's watchdog (grace + 2 s),
+    # which prints no report. (How fast, in seconds, is bench/stops.py's business.)
+    assert "did not finish within the grace period" in stderr, stderr
+    assert "interrupted" in stdout and "lock totals" in stdout, stdout
+    assert "stopped after the grace period" not in stdout + stderr
+    assert "Traceback" not in stderr
 
 
 def test_refresh_stops(mirror: Mirror, tmp_path: Path) -> None:
@@ -189,7 +199,10 @@ def test_seeding_at_one_request_a_second_sends_nothing_after_the_stop(
     assert stopped.code == exit_code(sig), stopped.stderr
     assert stopped.took < BOUND, stopped.took
     assert sent_after(mirror.index, stopped.sent) == []
-    assert "lane_rate" in stopped.stderr  # the waiting seeds were given back, and why
+    # the waiting seeds were given back, and the summary says why: our own pace
+    assert "waiting on our index lane" in stopped.stderr, stopped.stderr
+    assert "returned to the seed queue" in stopped.stdout
+    assert "waiting on our index lane" in stopped.stdout, stopped.stdout
     assert "Traceback" not in stopped.stderr
     assert len(mirror.index.log) < len(NAMES)
     again = stagecrawl(*args, env=ENV)
@@ -211,6 +224,7 @@ def test_collecting_at_a_tenth_of_a_request_a_second_stops_at_once(
     assert sent_after(mirror.api, stopped.sent) == []
     assert sent_after(mirror.index, stopped.sent) == []
     assert "returned to the queue" in stopped.stdout and "Traceback" not in stopped.stderr
+    assert "waiting on our api lane" in stopped.stdout, stopped.stdout  # ours, not the server's
     assert held_leases(url) == []
     assert max(collected(url)) < 30  # given back, not failed: no crate is on the ladder
     again = stagecrawl(*args, env=ENV)
@@ -233,6 +247,8 @@ def test_a_budget_wait_is_ours_and_stops_at_once(
     # the log names our own budget as the cause, never the server
     assert "our request budget" in stopped.stderr, stopped.stderr
     assert "server asked" not in stopped.stderr
+    assert "waiting on our api lane's budget" in stopped.stdout, stopped.stdout
+    assert "Retry-After" not in stopped.stdout
     assert len(mirror.api.log) == 2
     assert max(collected(url)) < 30
     again = stagecrawl(*args, env=ENV)
@@ -253,6 +269,8 @@ def test_a_429_cooldown_stops_at_once(mirror: Mirror, tmp_path: Path, sig: signa
     assert sent_after(mirror.api, stopped.sent) == []
     assert len(mirror.api.log) == 1  # the host is paused: only the first saw the 429
     assert "cooldown" in stopped.stderr
+    # the summary names who asked for the pause: the server, by its Retry-After
+    assert "waiting on the server's Retry-After" in stopped.stdout, stopped.stdout
     assert max(collected(url)) < 30  # the 429's crate too waits, it does not fail
     mirror.api.clear_rules()
     again = stagecrawl(*args, env=ENV)

@@ -101,7 +101,10 @@ async def test_two_redis_limiters_share_one_bucket_and_one_cooldown(origin: Test
     origin.add("x", "ok")
     origin.rule("/x", rate_limit=10, rate_window=1.0)
     prefix = f"stagecrawl-test:{uuid.uuid4().hex}:"
-    lane = Lane("x", origin.url + "/", Rate(10))
+    # 8/s each against the origin's 10 in any second: eleven arrivals within a second would
+    # need the loaded machine to squeeze ten intervals (1.3 s) by 0.3 s. Two limiters that
+    # did not share the bucket would send 16/s.
+    lane = Lane("x", origin.url + "/", Rate(8))
     limiters = [RedisLimiter(REDIS_URL, prefix=prefix) for _ in range(2)]
     fetchers = [Fetcher(FetchSettings(retries=0), Lanes([lane]), lim) for lim in limiters]
 
@@ -112,11 +115,11 @@ async def test_two_redis_limiters_share_one_bucket_and_one_cooldown(origin: Test
     assert origin.max_in_window("/x", 1.0) <= 10
     assert all(r.status == 200 for r in origin.log)
 
+    before = await limiters[0].now()  # Redis's time, which both limiters read
     await limiters[0].pause(origin.url, 1.0)  # a 429 seen by one pauses the other
     assert 0.5 < await limiters[1].cooldown_remaining(origin.url) <= 1.0
-    started = time.monotonic()
     await limiters[1].acquire(lane, origin.url)
-    assert time.monotonic() - started >= 0.5
+    assert limiters[1].grants(lane)[-1] - before >= 1.0 - 0.001  # granted after the pause
     for fetcher in fetchers:
         await fetcher.aclose()
 
@@ -144,19 +147,23 @@ def test_four_workers_one_killed_share_the_queue_and_the_limit(
     index, api = fleet
     urls = ["--index-url", index.url + "/", "--api-url", api.url + "/"]
     reference = f"sqlite:///{tmp_path / 'one.db'}"
-    single = stagecrawl("crates", "crawl", *CRATES, "--db", reference, *urls, "--api-rate", "5")
+    single = stagecrawl("crates", "crawl", *CRATES, "--db", reference, *urls, "--api-rate", "4")
     assert single.returncode == 0, single.stderr
     api.log.clear()
 
     drop_stagecrawl_tables(db_url)
     seeded = stagecrawl("crates", "seed", *CRATES, "--db", db_url, *urls)
     assert seeded.returncode == 0, seeded.stderr
+    # 4/s together against the origin's 5 in any second: six arrivals within a second would
+    # need the loaded machine to squeeze five intervals (1.3 s) by 0.3 s; at 5/s a 20 ms
+    # squeeze did it (a 429, seen under load). Four workers that did not share the limit
+    # would send 16/s.
     common = [
         "--db",
         db_url,
         *urls,
         "--api-rate",
-        "5",
+        "4",
         "--redis-url",
         REDIS_URL,
         "--lease-seconds",

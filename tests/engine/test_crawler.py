@@ -181,3 +181,23 @@ def test_sigint_finishes_in_flight_work_exits_130_and_resumes(
     assert _spawn(origin.url, out).wait(120) == 0
     assert len(_dump(out / "pages.json")) == 150
     assert not os.path.exists(out / "pages.json.journal")
+
+
+def test_a_batch_larger_than_one_update_marks_each_request_by_its_own_outcome(
+    tmp_path: Path,
+) -> None:
+    """Successes are marked done a chunk of keys at a time: every one of a batch of 1,201
+    (three chunks) is done, its failures are on the ladder, and meta survives the trip."""
+    from stagecrawl.engine.frontier import DONE, FAILED, KEYS_PER_UPDATE, Completion
+
+    count = 2 * KEYS_PER_UPDATE + 201
+    frontier = Frontier(tmp_path / "f.sqlite")
+    frontier.add(Request(f"http://h/p{i}", meta={"n": i} if i % 2 else {}) for i in range(count))
+    claimed = frontier.claim(count)
+    assert [r.meta for r in claimed[:3]] == [{}, {"n": 1}, {}]
+    frontier.complete(
+        [Completion(r, [], error="boom" if i % 100 == 7 else None) for i, r in enumerate(claimed)]
+    )
+    failures = len(range(7, count, 100))
+    assert frontier.counts() == {DONE: count - failures, FAILED: failures}
+    frontier.close()

@@ -104,7 +104,11 @@ async def test_waiting_units_are_given_back_at_once_not_after_the_grace_period()
         # the others wait for a token; a process that turns every Exception into a failure
         # result must not turn the stop into one
         try:
-            await wait_or_stop(RealClock(), 600.0, WaitReason.LANE_RATE, stop)
+            if unit == 1:  # the host is paused: the server asked for it
+                reason, source = WaitReason.COOLDOWN, WaitReason.RETRY_AFTER
+                await wait_or_stop(RealClock(), 600.0, reason, stop, "api", source)
+            else:
+                await wait_or_stop(RealClock(), 600.0, WaitReason.LANE_RATE, stop, "api")
         except Exception:
             return -1
         return unit
@@ -123,7 +127,34 @@ async def test_waiting_units_are_given_back_at_once_not_after_the_grace_period()
     assert took < 10.0  # the waiters did not hold the stop for the 30 s grace period
     assert [u for batch in queue.batches for u in batch] == [0]  # no failure result either
     assert sorted(queue.released) == [1, 2, 3, 4, 5]
-    assert stats.given_back == {"lane_rate": 3, "unstarted": 2}
+    assert stats.given_back == {"lane_rate": 2, "cooldown": 1, "unstarted": 2}
+    # the summary says why in words: our lane's pace, the server's Retry-After, not started
+    assert stats.given_back_text == (
+        "given back: 2 not started, 2 waiting on our api lane,"
+        " 1 waiting on the server's Retry-After"
+    )
+
+
+async def test_a_unit_on_the_wire_past_the_grace_period_is_given_back_and_said_so() -> None:
+    queue = RecordingQueue(1)
+    stop = GracefulStop()
+    on_the_wire = asyncio.Event()
+
+    async def process(unit: int) -> int:
+        on_the_wire.set()
+        await asyncio.sleep(600)  # an origin that never answers
+        return unit
+
+    async def signal_soon() -> None:
+        await on_the_wire.wait()
+        stop.request()
+
+    settings = LoopSettings(concurrency=1, grace_period=0.1)
+    signaller = asyncio.ensure_future(signal_soon())
+    stats = await WorkLoop(queue, process, settings, stop).run()
+    await signaller
+    assert queue.released == [0] and not queue.batches
+    assert stats.given_back_text == "given back: 1 past the grace period"
 
 
 def test_concurrency_must_be_positive() -> None:

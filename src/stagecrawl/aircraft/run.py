@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from stagecrawl.aircraft import MAX_BATCH, PASSES
 from stagecrawl.aircraft.stages import (
     MANUFACTURERS_QUERY,
     MODELS_QUERY,
@@ -30,10 +31,6 @@ from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.engine.work import LoopSettings
 from stagecrawl.errors import ConfigError, StorageError
 from stagecrawl.settings import DEFAULTS, Settings
-
-PASSES = ("manufacturers", "models", "specs")
-# wbgetentities answers at most 50 ids per request (500 for bots): a batch is one request.
-MAX_BATCH = 50
 
 
 @dataclass

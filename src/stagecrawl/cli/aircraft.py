@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from stagecrawl.aircraft.run import (
-    MAX_BATCH,
-    PASSES,
-    AircraftConfig,
-    AircraftReport,
-    export_csv,
-    run_aircraft,
-)
+from stagecrawl.aircraft import MAX_BATCH, PASSES
 from stagecrawl.cli.common import (
     AircraftConcurrency,
     Contact,
@@ -35,7 +28,10 @@ from stagecrawl.cli.common import (
     settings_from,
     show,
 )
-from stagecrawl.engine.shutdown import GracefulStop
+
+if TYPE_CHECKING:  # the pipeline (the engine, aiohttp) is imported where a command runs it
+    from stagecrawl.aircraft.run import AircraftReport
+    from stagecrawl.engine.shutdown import GracefulStop
 
 app = typer.Typer(help="Aircraft data from Wikidata (CC0).", no_args_is_help=True)
 
@@ -70,6 +66,8 @@ def aircraft_crawl(
         raise fail(f"--stage must be one of {', '.join(PASSES)} or all, not {stage!r}")
     options = locals()
     s = guarded(lambda: settings_from(options))
+    from stagecrawl.aircraft.run import AircraftConfig, run_aircraft
+
     config = AircraftConfig(out, s, refresh, batch)
     guarded(config.validate)
 
@@ -98,5 +96,7 @@ def aircraft_export(
     """A flat table of the specifications, for a spreadsheet."""
     if format != "csv":
         raise fail(f"--format must be csv, not {format!r}")
+    from stagecrawl.aircraft.run import export_csv
+
     target = guarded(lambda: export_csv(out))
     console.print(f"wrote {target}")

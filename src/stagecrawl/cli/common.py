@@ -189,7 +189,7 @@ def run(
     from stagecrawl.engine.shutdown import GracefulStop, Interrupted, Unsent
 
     async def main() -> int:
-        stop = GracefulStop()
+        stop = GracefulStop(grace_period=grace)
         with stop.on_signals():
             task = asyncio.ensure_future(body(stop))
             signalled = asyncio.ensure_future(stop.event.wait())

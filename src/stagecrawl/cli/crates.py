@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -45,17 +45,19 @@ from stagecrawl.cli.common import (
 from stagecrawl.cli.crates_sca import licenses_import
 from stagecrawl.cli.crates_sca import public as _public
 from stagecrawl.cli.crates_sca import register as register_sca_commands
-from stagecrawl.crates import pipeline
 from stagecrawl.crates.config import (
     read_seeds_file,
     split_env_seeds,
 )
-from stagecrawl.crates.dbdump import DEFAULT_DUMP_URL
 from stagecrawl.crates.names import validate_name
-from stagecrawl.crates.queue import COLLECTED, NOT_FOUND, SKIPPED
-from stagecrawl.engine.shutdown import GracefulStop
+from stagecrawl.crates.sources import DEFAULT_DUMP_URL
 from stagecrawl.errors import InputError
-from stagecrawl.settings import Settings
+
+if TYPE_CHECKING:  # the pipeline (aiohttp, SQLAlchemy, the engine) is imported where a command
+    # runs it: `crates --help` builds every command's signature and must not pay for it
+    from stagecrawl.crates import pipeline
+    from stagecrawl.engine.shutdown import GracefulStop
+    from stagecrawl.settings import Settings
 
 app = typer.Typer(
     help="The crates.io pipeline: seed, collect, crawl, lock, audit…", no_args_is_help=True
@@ -90,6 +92,8 @@ MAX_REASON_LINES = 20  # per kind; `stagecrawl status` lists every event on a la
 
 
 def render_collect(report: pipeline.CollectReport, fmt: Format) -> None:
+    from stagecrawl.crates.queue import COLLECTED, NOT_FOUND, SKIPPED
+
     def tables() -> None:
         seed = report.seed
         if seed is not None and (seed.crates or seed.not_found or seed.failed):
@@ -102,6 +106,10 @@ def render_collect(report: pipeline.CollectReport, fmt: Format) -> None:
                 "not in the index": ", ".join(sorted(seed.not_found)) or 0,
                 "on the seed ladder (failed)": len(seed.failed),
             }
+            if seed.interrupted:
+                rows["returned to the seed queue"] = seed.released
+                if seed.given_back:
+                    rows["  why"] = seed.given_back
             show("seed", rows)
         summary = report.collect
         if summary is not None:
@@ -119,6 +127,8 @@ def render_collect(report: pipeline.CollectReport, fmt: Format) -> None:
                 rows["crates lost to another worker"] = summary.lost_leases
             if summary.interrupted:
                 rows["returned to the queue"] = summary.released
+                if summary.given_back:
+                    rows["  why"] = summary.given_back
         else:
             rows = {}
         problems = _index_problems(report)
@@ -188,6 +198,8 @@ async def _crawl(
     limit: int | None,
     skip_existing: bool,
 ) -> int:
+    from stagecrawl.crates import pipeline
+
     with progress("collecting", fmt) as bar:
         report = await pipeline.run_collect(s, stop, names, resync, limit, skip_existing, bar)
     render_collect(report, fmt)
@@ -215,6 +227,7 @@ def seed_command(
     options = locals()
     s = guarded(lambda: settings_from(options))
     wanted = guarded(lambda: _gather_names(names, seeds_file))
+    from stagecrawl.crates import pipeline
 
     async def body(stop: GracefulStop) -> int:
         with progress("seeding", fmt) as bar:
@@ -319,6 +332,7 @@ def lock_command(
     """Register the crates a project's Cargo.lock uses, per git tag (or one lock file)."""
     options = locals()
     s = guarded(lambda: settings_from(options))
+    from stagecrawl.crates import pipeline
 
     async def body(stop: GracefulStop) -> int:
         report = await pipeline.run_lock(
@@ -396,6 +410,7 @@ def refresh_command(
     options = locals()
     s = guarded(lambda: settings_from(options))
     wanted = guarded(lambda: [validate_name(n) for n in names or []])
+    from stagecrawl.crates import pipeline
 
     async def body(stop: GracefulStop) -> int:
         report = await pipeline.run_refresh(
@@ -450,6 +465,7 @@ def dbdump_command(
     """Load the whole registry from crates.io's database dump (no API crawl)."""
     options = locals()
     s = guarded(lambda: settings_from(options))
+    from stagecrawl.crates import pipeline
 
     async def body(stop: GracefulStop) -> int:
         with progress("loading dump", fmt) as bar:

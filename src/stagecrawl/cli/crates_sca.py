@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -32,36 +32,13 @@ from stagecrawl.cli.common import (
 )
 from stagecrawl.cli.sca_render import OutputOption, check_format, check_output, deliver, table_text
 from stagecrawl.components import open_database
-from stagecrawl.crates.audit import AuditReport
-from stagecrawl.crates.osv import DEFAULT_OSV_URL
-from stagecrawl.crates.sca import (
-    AuditRequest,
-    Inputs,
-    audit_crates,
-    backfill_licenses,
-    check_licenses,
-    import_osv,
-)
-from stagecrawl.engine.shutdown import GracefulStop
-from stagecrawl.sca.cyclonedx import audit_cyclonedx
-from stagecrawl.sca.ecosystem import utcnow
-from stagecrawl.sca.markdown import (
-    LICENSE_COLUMNS,
-    audit_columns,
-    audit_footer,
-    audit_header,
-    audit_markdown,
-    audit_rows,
-    gate_lines,
-    license_footer,
-    license_markdown,
-    license_rows,
-    markdown_table,
-)
-from stagecrawl.sca.policy import LicenseCheck
-from stagecrawl.sca.reference import import_reference
-from stagecrawl.sca.report_json import audit_json
-from stagecrawl.sca.sarif import audit_sarif
+from stagecrawl.crates.sources import DEFAULT_OSV_URL
+
+if TYPE_CHECKING:  # the SCA pipelines and renderers (SQLAlchemy, aiohttp, the engine) are
+    # imported where a command runs them: `crates --help` builds every command's signature
+    from stagecrawl.crates.audit import AuditReport
+    from stagecrawl.engine.shutdown import GracefulStop
+    from stagecrawl.sca.policy import LicenseCheck
 
 ConfigOption = Annotated[
     Path | None,
@@ -116,6 +93,7 @@ def vulns_command(
     """Import OSV advisories for crates.io into the VULN tables and match collected versions."""
     options = locals()
     s = guarded(lambda: settings_from(options))
+    from stagecrawl.crates.sca import import_osv
 
     async def body(stop: GracefulStop) -> int:
         check_format(fmt, SUMMARY_FORMATS)
@@ -163,6 +141,8 @@ def summary_text(
         return json_text(document)
     pairs = [(name, str(value)) for name, value in rows.items()]
     if fmt == "markdown":
+        from stagecrawl.sca.markdown import markdown_table
+
         return f"## {title}\n\n" + markdown_table(("", "count"), pairs)
     return table_text(("", "count"), pairs)
 
@@ -237,6 +217,7 @@ def audit_command(
     Read-only."""
     options = locals()
     s = guarded(lambda: settings_from(options))
+    from stagecrawl.crates.sca import AuditRequest, audit_crates
 
     async def body(stop: GracefulStop) -> int:
         check_format(fmt, AUDIT_FORMATS)
@@ -263,6 +244,19 @@ def audit_command(
 
 
 def audit_text(report: AuditReport, fmt: str, sarif_root: Path | None = None) -> str:
+    from stagecrawl.sca.cyclonedx import audit_cyclonedx
+    from stagecrawl.sca.ecosystem import utcnow
+    from stagecrawl.sca.markdown import (
+        audit_columns,
+        audit_footer,
+        audit_header,
+        audit_markdown,
+        audit_rows,
+        gate_lines,
+    )
+    from stagecrawl.sca.report_json import audit_json
+    from stagecrawl.sca.sarif import audit_sarif
+
     if fmt == "json":
         return json_text(audit_json(report))
     if fmt == "sarif":
@@ -296,6 +290,7 @@ def licenses_backfill(
     network); with --ai-license-url, also ask the classifier for every LICENSE_AI still NULL."""
     options = locals()
     s = guarded(lambda: settings_from(options))
+    from stagecrawl.crates.sca import backfill_licenses
 
     async def body(stop: GracefulStop) -> int:
         report, ai_report = await backfill_licenses(s, recompute_all, stop)
@@ -365,6 +360,7 @@ def licenses_check(
     unknown), or of every collected version. Exit 1 when any. Read-only."""
     options = locals()
     s = guarded(lambda: settings_from(options))
+    from stagecrawl.crates.sca import Inputs, check_licenses
 
     async def body(stop: GracefulStop) -> int:
         check_format(fmt, LICENSE_FORMATS)
@@ -389,6 +385,13 @@ def licenses_check(
 
 
 def license_text(result: LicenseCheck, fmt: str) -> str:
+    from stagecrawl.sca.markdown import (
+        LICENSE_COLUMNS,
+        license_footer,
+        license_markdown,
+        license_rows,
+    )
+
     if fmt == "json":
         return json_text(
             {
@@ -424,6 +427,7 @@ def licenses_import(
     """Load a license reference into TB_LICENSE_V2 (upsert by ID)."""
     options = locals()
     s = guarded(lambda: settings_from(options))
+    from stagecrawl.sca.reference import import_reference
 
     def body() -> int:
         count = import_reference(open_database(s), file)

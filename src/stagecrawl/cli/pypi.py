@@ -13,7 +13,7 @@ import sys
 import uuid
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -44,21 +44,16 @@ from stagecrawl.cli.common import (
     show,
 )
 from stagecrawl.components import open_database
-from stagecrawl.engine.fetcher import require_contact
-from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.errors import InputError
-from stagecrawl.pypi import pipeline, sca
-from stagecrawl.pypi.client import PyPIClient
 from stagecrawl.pypi.names import name_problem
-from stagecrawl.pypi.pipeline import CollectReport, CollectSettings, LockReport, PyPIEndpoints
-from stagecrawl.pypi.refresh import refresh
-from stagecrawl.queue import Waiting
-from stagecrawl.sca.audit import AuditReport
-from stagecrawl.sca.cyclonedx import audit_cyclonedx
-from stagecrawl.sca.ecosystem import utcnow
-from stagecrawl.sca.report_json import audit_json
-from stagecrawl.sca.sarif import audit_sarif
 from stagecrawl.settings import Settings
+
+if TYPE_CHECKING:  # the pipelines (aiohttp, SQLAlchemy, the engine) are imported where a command
+    # runs them: `pypi --help` builds every command's signature and must not pay for them
+    from stagecrawl.engine.shutdown import GracefulStop
+    from stagecrawl.pypi.client import PyPIClient
+    from stagecrawl.pypi.pipeline import CollectReport, CollectSettings, LockReport, PyPIEndpoints
+    from stagecrawl.sca.audit import AuditReport
 
 app = typer.Typer(
     help="The PyPI pipeline: seed, collect, crawl, lock, audit…", no_args_is_help=True
@@ -104,6 +99,8 @@ def read_seeds_file(path: Path) -> list[str]:
 
 
 def gather_names(names: list[str] | None, seeds_file: Path | None) -> list[str]:
+    from stagecrawl.pypi import pipeline
+
     collected = list(names or [])
     if seeds_file is not None:
         collected += read_seeds_file(seeds_file)
@@ -114,6 +111,8 @@ def gather_names(names: list[str] | None, seeds_file: Path | None) -> list[str]:
 
 
 def endpoints(s: Settings) -> PyPIEndpoints:
+    from stagecrawl.pypi.pipeline import PyPIEndpoints
+
     return PyPIEndpoints(
         s.pypi_index_url, s.pypi_api_url, s.pypi_index_rate, s.pypi_api_rate, s.pypi_files_rate
     )
@@ -121,6 +120,10 @@ def endpoints(s: Settings) -> PyPIEndpoints:
 
 def make_client(s: Settings) -> PyPIClient:
     """The run's client: the three lanes on the one fetcher the settings build."""
+    from stagecrawl.engine.fetcher import require_contact
+    from stagecrawl.pypi import pipeline
+    from stagecrawl.pypi.client import PyPIClient
+
     require_contact(
         components.fetch_settings(s),
         "PyPI refuses generic clients and asks crawlers to say how to reach their operator",
@@ -130,6 +133,8 @@ def make_client(s: Settings) -> PyPIClient:
 
 
 def collect_settings(s: Settings, limit: int | None, skip_existing: bool) -> CollectSettings:
+    from stagecrawl.pypi.pipeline import CollectSettings
+
     return CollectSettings(
         concurrency=s.concurrency,
         lease_seconds=s.lease_seconds,
@@ -194,6 +199,8 @@ async def _collect(
     limit: int | None,
     skip_existing: bool,
 ) -> int:
+    from stagecrawl.pypi import pipeline, sca
+
     client = make_client(s)
     async with client.fetcher:
         database = open_database(s)  # after every check: a refused start creates nothing
@@ -215,6 +222,8 @@ async def _collect(
 async def _seed(
     s: Settings, stop: GracefulStop, fmt: Format, names: list[str], resync: bool
 ) -> int:
+    from stagecrawl.pypi import pipeline
+
     client = make_client(s)
     async with client.fetcher:
         database = open_database(s)
@@ -328,6 +337,8 @@ async def _lock(
     all_tags: bool,
     lockfile: Path | None,
 ) -> int:
+    from stagecrawl.pypi import pipeline
+
     found = await pipeline.lock_files(
         repo, tags, pattern, all_tags, lockfile, Path(s.cache_dir), stop
     )
@@ -406,6 +417,7 @@ def vulns_command(
     """Import OSV advisories for PyPI into the PYPI VULN tables and match collected versions."""
     options = locals()
     s = guarded(lambda: settings_from(options))
+    from stagecrawl.pypi import sca
 
     async def body(stop: GracefulStop) -> int:
         if scope not in sca.SCOPES:
@@ -500,6 +512,11 @@ def audit_command(
     first). Exit 1 when a vulnerability hits or a pin could not be audited. Read-only."""
     options = locals()
     s = guarded(lambda: settings_from(options))
+    from stagecrawl.pypi import pipeline, sca
+    from stagecrawl.sca.cyclonedx import audit_cyclonedx
+    from stagecrawl.sca.ecosystem import utcnow
+    from stagecrawl.sca.report_json import audit_json
+    from stagecrawl.sca.sarif import audit_sarif
 
     async def body(stop: GracefulStop) -> int:
         if output not in AUDIT_FORMATS:
@@ -554,6 +571,7 @@ def licenses_check(
     semantics); exit 1 when any. Read-only."""
     options = locals()
     s = guarded(lambda: settings_from(options))
+    from stagecrawl.pypi import sca
 
     def body() -> int:
         result = sca.check_licenses(s.db, allow or [], deny or [], exception or [])
@@ -613,6 +631,10 @@ def refresh_command(
     yanks (and their reversal) flip, PRODUCT's latest version and serial follow."""
     options = locals()
     s = guarded(lambda: settings_from(options))
+    from stagecrawl.pypi import pipeline, sca
+    from stagecrawl.pypi.refresh import refresh
+    from stagecrawl.queue import Waiting
+
     wanted = guarded(lambda: pipeline.check_names(names or []))
 
     async def body(stop: GracefulStop) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -26,14 +26,15 @@ from stagecrawl.cli.common import (
 from stagecrawl.components import open_database
 from stagecrawl.crates import tables as crates_tables
 from stagecrawl.crates.queue import PENDING, STATE_NAMES, event_list, seed_queue, utcnow
-from stagecrawl.engine.frontier import STATE_NAMES as FRONTIER_STATES
 from stagecrawl.engine.progress import summary_table
-from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.errors import StorageError
 from stagecrawl.pypi.status import status as pypi_status
 from stagecrawl.queue import Workers
 from stagecrawl.secrets import redact_data
 from stagecrawl.storage.db import Database
+
+if TYPE_CHECKING:
+    from stagecrawl.engine.shutdown import GracefulStop
 
 
 def crates_status(db: Database) -> dict[str, Any]:
@@ -122,6 +123,9 @@ def live_workers(db: Database) -> list[dict[str, Any]]:
 
 def aircraft_status(out: Path) -> dict[str, Any]:
     """The aircraft frontiers' states and retry ladders, read without taking their locks."""
+    # the frontier's module (asyncio, its thread pool) only when an aircraft crawl is shown
+    from stagecrawl.engine.frontier import STATE_NAMES as FRONTIER_STATES
+
     folder = out / ".stagecrawl"
     if not folder.is_dir():
         raise StorageError(f"no aircraft crawl in {out}: nothing collected yet (or a wrong path)")

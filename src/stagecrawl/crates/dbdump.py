@@ -38,7 +38,6 @@ from stagecrawl.storage.db import Database, dumps
 from stagecrawl.storage.owners import LatestVersion, VersionOrder
 
 log = logging.getLogger("stagecrawl.dbdump")
-DEFAULT_DUMP_URL = "https://static.crates.io/db-dump.tar.gz"
 DEP_KINDS = {"0": "normal", "1": "build", "2": "dev"}
 BATCH = 5000
 # VERSION rows go in executemany batches of WRITE_BATCH, committed every COMMIT_ROWS: big

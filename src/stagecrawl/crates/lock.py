@@ -26,7 +26,7 @@ from stagecrawl.engine.git import GitRepo as GitRepo  # re-exported: moved to th
 from stagecrawl.engine.git import last_error_line as _last_error_line
 from stagecrawl.engine.git import run_git as _run
 from stagecrawl.engine.git import select_tags as select_tags
-from stagecrawl.engine.shutdown import GracefulStop, Interrupted
+from stagecrawl.engine.shutdown import GracefulStop, Interrupted, Unsent
 from stagecrawl.errors import FetchError, InputError, NotFound
 from stagecrawl.storage.db import Database
 
@@ -192,7 +192,12 @@ async def register_lock(
         if stop is not None and stop.requested:
             raise Interrupted("lock registration stopped")
         try:
-            entry = await client.index(name)
+            # On the wire when a stop comes: it may finish within the grace period, then it
+            # is cancelled (never an unbounded wait on a stalled index).
+            asked = client.index(name)
+            entry = await (stop.within_grace(asked) if stop is not None else asked)
+        except Unsent as unsent:  # stopped while waiting for its turn: nothing was sent
+            raise Interrupted("lock registration stopped") from unsent
         except NotFound:
             missing.append(name)
             continue

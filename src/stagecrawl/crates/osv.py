@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from stagecrawl.crates.ecosystem import CRATES, vuln_tables
+from stagecrawl.crates.sources import DEFAULT_OSV_URL
 from stagecrawl.crates.tables import products, versions
 from stagecrawl.sca import osv_import
 from stagecrawl.sca.osv_import import ImportReport, RegistryState
@@ -19,8 +20,6 @@ from stagecrawl.sca.osv_read import read_advisories
 from stagecrawl.storage.db import Database
 
 __all__ = ["DEFAULT_OSV_URL", "ImportReport", "import_advisories", "read_advisories"]
-
-DEFAULT_OSV_URL = "https://osv-vulnerabilities.storage.googleapis.com/crates.io/all.zip"
 
 
 def vuln_id(advisory: dict[str, Any]) -> str:

@@ -71,6 +71,7 @@ class SeedReport:
     # crate -> its index file's unreadable lines, skipped (the readable ones are registered)
     index_problems: dict[str, list[str]] = field(default_factory=dict)
     released: int = 0
+    given_back: str = ""  # on a stop, the causes in words (LoopStats.given_back_text)
     interrupted: bool = False
 
     @property
@@ -243,6 +244,7 @@ class Seeder:
         try:
             stats = await self.loop.run()
             self.report.interrupted = stats.interrupted
+            self.report.given_back = stats.given_back_text
         finally:
             self.report.released = self.queue.released_rows
             self.finished.set()

@@ -109,6 +109,7 @@ class CollectSummary:
     yanked: int = 0
     lost_leases: int = 0
     released: int = 0
+    given_back: str = ""  # on a stop, the causes in words (LoopStats.given_back_text)
     interrupted: bool = False
     errors: Counter[str] = field(default_factory=Counter)
     wall_seconds: float = 0.0
@@ -279,6 +280,7 @@ class Collector:
                 await self.queue.close()  # every lease still held goes back now
                 self.summary.released = self.queue.released_rows
         self.summary.interrupted = stats.interrupted
+        self.summary.given_back = stats.given_back_text
         self.summary.wall_seconds = stats.wall_seconds
         return self.summary
 

@@ -67,6 +67,7 @@ class CrawlSummary:
     # given back on a stop, by why: unstarted, waiting (lane_rate, budget, cooldown,
     # backoff, stop) or cut off after the grace period
     given_back: dict[str, int] = field(default_factory=dict)
+    given_back_text: str = ""  # the same in words, naming lanes and who asked for a pause
     interrupted: bool = False
     wall_seconds: float = 0.0
     ladder: int = 0  # failed, retried by the next run
@@ -89,8 +90,8 @@ class CrawlSummary:
             rows[f"  failed ×{attempts}: {url}"] = why
         if self.interrupted:
             rows["returned to the frontier"] = self.released
-            for why, count in sorted(self.given_back.items()):
-                rows[f"  returned: {why}"] = count
+            if self.given_back_text:
+                rows["  why"] = self.given_back_text
         rows["wall time"] = f"{self.wall_seconds:.1f}s"
         return rows
 
@@ -158,6 +159,7 @@ class Crawler:
         summary.duplicates = self.queue.duplicates
         summary.released = stats.released
         summary.given_back = dict(stats.given_back)
+        summary.given_back_text = stats.given_back_text
         summary.interrupted = stats.interrupted
         summary.wall_seconds = stats.wall_seconds
         summary.ladder = counts.get(FAILED, 0)

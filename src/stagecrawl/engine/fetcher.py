@@ -342,7 +342,8 @@ class Fetcher:
                 # a 503 that says when
                 await self.limiter.pause(host, retry_after, WaitReason.RETRY_AFTER)
             else:
-                await wait_or_stop(clock, self.backoff(failures - 1), WaitReason.BACKOFF, self.stop)
+                backoff = self.backoff(failures - 1)
+                await wait_or_stop(clock, backoff, WaitReason.BACKOFF, self.stop, lane.name)
 
     async def download(
         self, url: str, destination: Path, max_bytes: int, *, lane: str | None = None
@@ -409,10 +410,11 @@ class Fetcher:
         current = request.url
         stop = self.stop
         for _hop in range(self.settings.max_redirects + 1):
-            await self.limiter.acquire(request.lane, origin_of(current), max_wait, stop)
+            host = origin_of(current)
+            await self.limiter.acquire(request.lane, host, max_wait, stop)
             if stop is not None and stop.requested:  # (a shared limiter answers over the network)
                 raise Unsent(WaitReason.STOP)
-            status, headers, body = await self._exchange(request, current)
+            status, headers, body = await self._exchange(request, current, host)
             if status not in REDIRECT_STATUSES:
                 return current, status, headers, body
             location = headers.get("location")
@@ -422,20 +424,22 @@ class Fetcher:
         raise HttpError(url=request.url, status=310, detail="too many redirects")
 
     async def _exchange(
-        self, request: _Request, url: str
+        self, request: _Request, url: str, host: str
     ) -> tuple[int, CIMultiDictProxy[str], bytes]:
-        """One HTTP exchange, bounded as a whole by the deadline (a trickling body included)."""
+        """One HTTP exchange to `url` on `host` (its origin), bounded as a whole by the
+        deadline (a trickling body included)."""
         lane = request.lane
-        headers: dict[str, str] = {**(request.headers or {}), **self._auth(lane, url)}
         validators = request.validators
-        if validators is not None:
-            if validators.etag:
-                headers["If-None-Match"] = validators.etag
-            if validators.last_modified:
-                headers["If-Modified-Since"] = validators.last_modified
+        headers: dict[str, str] | None = None  # the session's own headers only: most requests
+        if request.headers or lane.token is not None or validators is not None:
+            headers = {**(request.headers or {}), **self._auth(lane, url)}
+            if validators is not None:
+                if validators.etag:
+                    headers["If-None-Match"] = validators.etag
+                if validators.last_modified:
+                    headers["If-Modified-Since"] = validators.last_modified
         self.stats.requests[lane.name] += 1
         limit = self.settings.max_body_bytes
-        host = origin_of(url)
         deadline = asyncio.timeout(self.settings.deadline)
         try:
             async with (

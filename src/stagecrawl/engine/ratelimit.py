@@ -190,10 +190,27 @@ class Lanes:
         return self._lanes[name]
 
     def for_url(self, url: str) -> Lane:
+        # The URL's own directory, as written (no query, no fragment), is the cache key: the
+        # lane is a function of it, and cutting it costs a few string searches where the
+        # normalised form costs a parse. Only a URL with a path slash has one.
+        end = len(url)
+        for mark in "?#":
+            at = url.find(mark, 0, end)
+            if at >= 0:
+                end = at
+        cut = url.rfind("/", 0, end) + 1
+        scheme_end = url.find("://")
+        raw = url[:cut] if 0 < scheme_end and scheme_end + 3 < cut else None
+        if raw is not None:
+            found = self._by_directory.get(raw)
+            if found is not None:
+                return found
         location = _location(url)
         directory = location[: location.rfind("/") + 1]
         found = self._by_directory.get(directory)
         if found is not None:
+            if raw is not None:
+                self._remember(raw, found)
             return found
         best: Lane | None = None
         for lane in self._lanes.values():
@@ -206,10 +223,15 @@ class Lanes:
             if origin not in self._adhoc:
                 self._adhoc[origin] = Lane(origin.split("//", 1)[-1], origin + "/", self.default)
             best = self._adhoc[origin]
+        self._remember(directory, best)
+        if raw is not None:
+            self._remember(raw, best)
+        return best
+
+    def _remember(self, directory: str, lane: Lane) -> None:
         if len(self._by_directory) >= _DIRECTORIES_KEPT:
             self._by_directory.clear()  # bounded: a crawl of many directories re-derives
-        self._by_directory[directory] = best
-        return best
+        self._by_directory[directory] = lane
 
 
 @dataclass(frozen=True)
@@ -246,6 +268,32 @@ _REASON_TEXT = {
     WaitReason.RETRY_AFTER: "the server's Retry-After",
     WaitReason.STOP: "nothing (stopped before sending)",
 }
+
+# Grants remembered per lane (see `Grants`): enough for a test's or a benchmark's run, bounded
+# so that a long crawl's memory stays flat.
+GRANTS_KEPT = 1024
+
+
+class Grants:
+    """When this limiter granted each lane's tokens, on the limiter's own timeline (seconds).
+
+    What the pacing really was: a timestamp taken by the caller after `acquire` returns also
+    holds the event loop's delay in resuming it, which on a loaded machine is tens of
+    milliseconds and squeezes or stretches the gaps a check reads. Only the last
+    `GRANTS_KEPT` per lane are kept."""
+
+    def __init__(self) -> None:
+        self._by_lane: dict[str, deque[float]] = {}
+
+    def add(self, lane: Lane, at: float) -> None:
+        kept = self._by_lane.get(lane.name)
+        if kept is None:
+            kept = self._by_lane[lane.name] = deque(maxlen=GRANTS_KEPT)
+        kept.append(at)
+
+    def of(self, lane: Lane) -> list[float]:
+        return list(self._by_lane.get(lane.name, ()))
+
 
 # A wait at least this long is logged with its reason (once a minute per lane and reason).
 LONG_WAIT = 5.0
@@ -288,11 +336,17 @@ class WaitLog:
 
 
 async def wait_or_stop(
-    clock: Clock, seconds: float, reason: WaitReason, stop: GracefulStop | None
+    clock: Clock,
+    seconds: float,
+    reason: WaitReason,
+    stop: GracefulStop | None,
+    lane: str | None = None,
+    source: WaitReason | None = None,
 ) -> None:
-    """Sleep `seconds` on `clock`; a stop ends the wait at once with Unsent(reason)."""
+    """Sleep `seconds` on `clock`; a stop ends the wait at once with Unsent(reason), which
+    keeps the lane and (for a cooldown) who asked for it, so a stop summary can say why."""
     if await sleep_unless_stopped(clock.sleep(seconds), stop):
-        raise Unsent(reason, seconds)
+        raise Unsent(reason, seconds, lane, source)
 
 
 class Limiter(Protocol):
@@ -323,6 +377,14 @@ class Limiter(Protocol):
     async def cooldown_remaining(self, origin: str) -> float: ...
 
     def current_rate(self, lane: Lane) -> float | None: ...
+
+    def grants(self, lane: Lane) -> list[float]:
+        """When this limiter granted `lane`'s recent tokens, on its own timeline (`now`)."""
+        ...
+
+    async def now(self) -> float:
+        """The limiter's timeline, in seconds (its clock, or the shared Redis server's)."""
+        ...
 
     async def aclose(self) -> None: ...
 
@@ -360,6 +422,7 @@ class LocalLimiter:
         self._cooldown_until: dict[str, float] = {}
         self._waits = WaitLog()
         self._cooldown_source: dict[str, WaitReason] = {}
+        self._grants = Grants()
 
     def _state(self, lane: Lane) -> _LaneState:
         state = self._lanes.get(lane.name)
@@ -393,7 +456,7 @@ class LocalLimiter:
             source = self._cooldown_source.get(origin, WaitReason.RETRY_AFTER)
             return cooldown - now, WaitReason.COOLDOWN, f"{origin} paused by {source.text}"
         self._recover(lane, state, now)
-        wait, reason, why = 0.0, WaitReason.LANE_RATE, f"{lane.name} lane rate"
+        wait, reason, spent = 0.0, WaitReason.LANE_RATE, None
         if state.rate is not None and lane.rate is not None:
             interval = (1.0 / state.rate) * (1 + self.margin)
             # The bucket is empty when a cooldown ends: waiters resume one interval apart.
@@ -403,9 +466,12 @@ class LocalLimiter:
             if len(grants) >= budget.limit:
                 until = grants[0] + budget.window * (1 + self.margin) - now
                 if until > wait:
-                    wait, reason = until, WaitReason.BUDGET
-                    why = f"{lane.name} lane budget {budget.text()} spent"
-        return max(0.0, wait), reason, why
+                    wait, reason, spent = until, WaitReason.BUDGET, budget
+        if wait <= 0:
+            return 0.0, reason, ""  # granted: the words are for waits only (hot path)
+        if spent is not None:
+            return wait, reason, f"{lane.name} lane budget {spent.text()} spent"
+        return wait, reason, f"{lane.name} lane rate"
 
     def _grant(self, lane: Lane, origin: str, now: float) -> None:
         state = self._state(lane)
@@ -416,6 +482,7 @@ class LocalLimiter:
             state.tat = tat + interval
         for grants in state.logs:
             grants.append(now)
+        self._grants.add(lane, now)
 
     async def acquire(
         self,
@@ -424,6 +491,11 @@ class LocalLimiter:
         max_wait: float | None = None,
         stop: GracefulStop | None = None,
     ) -> float:
+        if lane.rate is None and not lane.budgets and origin not in self._cooldown_until:
+            # Unpaced, unbudgeted, a host never paused: nothing to wait for or to record.
+            if stop is not None and stop.requested:
+                raise Unsent(WaitReason.STOP)
+            return 0.0
         clock = self._clock
         started = clock.monotonic()
         while True:
@@ -442,7 +514,10 @@ class LocalLimiter:
                 source = self._cooldown_source.get(origin, WaitReason.RETRY_AFTER)
                 raise WaitTooLong(wait, why, reason, source)
             self._waits.note(lane, reason, why, wait, now)
-            await wait_or_stop(clock, wait, reason, stop)
+            asked = None
+            if reason is WaitReason.COOLDOWN:
+                asked = self._cooldown_source.get(origin, WaitReason.RETRY_AFTER)
+            await wait_or_stop(clock, wait, reason, stop, lane.name, asked)
 
     async def pause(
         self, origin: str, seconds: float, source: WaitReason = WaitReason.RETRY_AFTER
@@ -470,6 +545,12 @@ class LocalLimiter:
 
     async def cooldown_remaining(self, origin: str) -> float:
         return max(0.0, self._cooldown_until.get(origin, float("-inf")) - self._clock.monotonic())
+
+    def grants(self, lane: Lane) -> list[float]:
+        return self._grants.of(lane)
+
+    async def now(self) -> float:
+        return self._clock.monotonic()
 
     async def aclose(self) -> None:
         return None

@@ -25,6 +25,7 @@ from stagecrawl.engine.clock import Clock, RealClock
 from stagecrawl.engine.ratelimit import (
     DEFAULT_MARGIN,
     Adaptive,
+    Grants,
     Lane,
     WaitLog,
     WaitReason,
@@ -47,7 +48,8 @@ local now = (tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000) * scale
 # KEYS: lane hash, host hash, one list per budget (newest grant first).
 # ARGV: scale, nominal rate/s (0 = unpaced), burst, margin, quiet ms, recover step, n budgets,
 #       then limit and window ms per budget.
-# Returns {wait ms, why, new rate if it changed here else ''}.
+# Returns {wait ms, why, new rate if it changed here else '', the script's now in ms[, who
+# asked for a cooldown]}.
 _ACQUIRE = (
     _NOW
     + """
@@ -56,7 +58,10 @@ local burst = tonumber(ARGV[3])
 local margin = tonumber(ARGV[4])
 local keep = 3600000
 local cool = tonumber(redis.call('HGET', KEYS[2], 'cool') or '-1e300')
-if cool > now then return {tostring(cool - now), 'cooldown', ''} end
+if cool > now then
+  local src = redis.call('HGET', KEYS[2], 'src') or ''
+  return {tostring(cool - now), 'cooldown', '', tostring(now), src}
+end
 local wait, why, changed = 0, 'rate', ''
 local tat, interval = 0, 0
 if nominal > 0 then
@@ -91,7 +96,7 @@ for i = 1, n do
     end
   end
 end
-if wait > 0 then return {tostring(wait), why, changed} end
+if wait > 0 then return {tostring(wait), why, changed, tostring(now)} end
 if nominal > 0 then
   redis.call('HSET', KEYS[1], 'tat', tostring(tat + interval))
   redis.call('PEXPIRE', KEYS[1], math.ceil((tat + interval - now) / tonumber(ARGV[1])) + keep)
@@ -103,7 +108,7 @@ for i = 1, n do
   redis.call('PEXPIRE', KEYS[2 + i],
     math.ceil(tonumber(ARGV[7 + 2 * i]) * 2 / tonumber(ARGV[1])) + keep)
 end
-return {'0', 'granted', changed}
+return {'0', 'granted', changed, tostring(now)}
 """
 )
 
@@ -139,6 +144,8 @@ return '0'
 """
 )
 
+_TIME = _NOW + "return tostring(now)"
+
 _REMAINING = (
     _NOW
     + """
@@ -172,6 +179,7 @@ class RedisLimiter:
         self.time_scale = time_scale
         self._rates: dict[str, float | None] = {}
         self._waits = WaitLog()
+        self._grants = Grants()
         try:
             self._redis: Any = aioredis.from_url(url, socket_timeout=10, socket_connect_timeout=5)
         except ValueError as exc:
@@ -180,6 +188,7 @@ class RedisLimiter:
         self._slow_down = self._redis.register_script(_SLOW_DOWN)
         self._pause = self._redis.register_script(_PAUSE)
         self._remaining = self._redis.register_script(_REMAINING)
+        self._time = self._redis.register_script(_TIME)
 
     async def check(self) -> None:
         """Fail early, with one clear line, when Redis cannot be reached."""
@@ -269,11 +278,12 @@ class RedisLimiter:
         while True:
             if stop is not None and stop.requested:
                 raise Unsent(WaitReason.STOP)
-            wait_ms, why, changed = await self._call(self._acquire, keys, args)
+            wait_ms, why, changed, now_ms, *src = await self._call(self._acquire, keys, args)
             if changed:
                 self._note_change(lane, float(changed), slowed=False)
             wait = float(wait_ms) / 1000.0
             if wait <= 0:
+                self._grants.add(lane, float(now_ms) / 1000.0)
                 return self._clock.monotonic() - started
             why = why.decode() if isinstance(why, bytes) else str(why)
             waited = self._clock.monotonic() - started
@@ -283,7 +293,8 @@ class RedisLimiter:
                 raise WaitTooLong(wait, why_text, WaitReason.COOLDOWN, source)
             reason, detail = _REASONS.get(why, (WaitReason.LANE_RATE, "lane rate"))
             self._waits.note(lane, reason, f"{lane.name} {detail} (shared)", wait, started + waited)
-            await wait_or_stop(self._clock, wait, reason, stop)
+            asked = _source(src[0]) if src and reason is WaitReason.COOLDOWN else None
+            await wait_or_stop(self._clock, wait, reason, stop, lane.name, asked)
 
     def _note_change(self, lane: Lane, rate: float, slowed: bool) -> None:
         self._rates[lane.name] = rate
@@ -314,14 +325,17 @@ class RedisLimiter:
             raise LimiterUnavailable(
                 f"lost the shared rate limit at {self.safe_url}: {_reason(exc)}"
             ) from None
-        text = value.decode() if isinstance(value, bytes) else str(value or "")
-        try:
-            return WaitReason(text)
-        except ValueError:  # a pause stored by an older stagecrawl: it was a Retry-After
-            return WaitReason.RETRY_AFTER
+        return _source(value)
 
     async def cooldown_remaining(self, origin: str) -> float:
         return float(await self._call(self._remaining, [self._host_key(origin)], [])) / 1000.0
+
+    def grants(self, lane: Lane) -> list[float]:
+        """This process's grants only (the other workers' are in their own records)."""
+        return self._grants.of(lane)
+
+    async def now(self) -> float:
+        return float(await self._call(self._time, [], [])) / 1000.0
 
     async def aclose(self) -> None:
         await self._redis.aclose()
@@ -333,6 +347,15 @@ _REASONS = {
     "rate": (WaitReason.LANE_RATE, "lane rate"),
     "budget": (WaitReason.BUDGET, "lane budget spent"),
 }
+
+
+def _source(value: object) -> WaitReason:
+    """Who asked for a host's pause, as Redis keeps it."""
+    text = value.decode() if isinstance(value, bytes) else str(value or "")
+    try:
+        return WaitReason(text)
+    except ValueError:  # a pause stored by an older stagecrawl: it was a Retry-After
+        return WaitReason.RETRY_AFTER
 
 
 def _reason(exc: BaseException) -> str:

@@ -20,13 +20,38 @@ _PLAIN_HOST = re.compile(r"[A-Za-z0-9.-]+(?::([0-9]{1,5}))?")
 _PLAIN_PATH = re.compile(r"[^?#\s\x00-\x1f\x7f]*")
 _PLAIN_PAIR = re.compile(r"[A-Za-z0-9._~-]+=[A-Za-z0-9._~-]*")
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+# Faster still, the commonest case of all: a URL with a lowercase scheme and host, a path, no
+# fragment, a port that is neither a default nor zero-padded and plain query pairs is its own
+# key once its pairs are in order: one match, and at most a sort (none when in order already).
+_PAIR = r"[A-Za-z0-9._~-]+=[A-Za-z0-9._~-]*"
+_CANONICAL = re.compile(
+    rf"(https?)://[a-z0-9.-]+(?::([1-9][0-9]{{0,4}}))?/[^?#\s\x00-\x1f\x7f]*(?:\?({_PAIR}(?:&{_PAIR})*))?"
+)
 
 
 def canonical_url(url: str) -> str:
     """The dedup form of a URL: lowercase scheme and host, no default port, sorted query, no
     fragment. Path case is kept (paths are case-sensitive on most origins)."""
-    fast = _canonical_plain(url)
+    fast = _canonical_lower(url)
+    if fast is None:
+        fast = _canonical_plain(url)
     return fast if fast is not None else _canonical_general(url)
+
+
+def _canonical_lower(url: str) -> str | None:
+    match = _CANONICAL.fullmatch(url)
+    if match is None:
+        return None
+    scheme, port, query = match.groups()
+    if port is not None and (int(port) > 65535 or int(port) == _DEFAULT_PORTS[scheme]):
+        return None
+    if query is None or "&" not in query:
+        return url
+    pairs = [pair.split("=", 1) for pair in query.split("&")]
+    ordered = sorted(pairs)  # by (key, value), as the general path sorts
+    if pairs == ordered:
+        return url
+    return url[: match.start(3)] + "&".join("=".join(pair) for pair in ordered)
 
 
 def _canonical_plain(url: str) -> str | None:
@@ -65,6 +90,8 @@ def _canonical_general(url: str) -> str:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     host = (parts.hostname or "").lower()
+    if ":" in host:  # an IPv6 literal: urlsplit drops its brackets, the URL needs them
+        host = f"[{host}]"
     port = parts.port
     netloc = (
         host

@@ -12,7 +12,8 @@ threading.Event, so a thread can see it without the event loop.
 Waiting is not being in flight. A unit that waits for a lane token, a budget window, a host's
 429 cooldown or a retry backoff has sent nothing: on the first signal its wait ends at once with
 `Unsent`, and the work loop gives the unit back to its queue (not a failure, no retry ladder).
-Only exchanges already on the wire get the grace period. The stop a wait listens to is the one
+Only exchanges already on the wire get the grace period (`within_grace` for a phase that awaits
+one exchange at a time, outside a work loop). The stop a wait listens to is the one
 the command runs under (`current_stop()`): `on_signals` and each work loop set it for the tasks
 they start, and `asyncio.to_thread` carries it into worker threads, so the fetcher and a dump
 load find it without every caller passing it down.
@@ -27,9 +28,12 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Awaitable, Iterator
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, TypeVar
+
+from stagecrawl.settings import DEFAULTS
 
 if TYPE_CHECKING:
     from stagecrawl.engine.ratelimit import WaitReason
@@ -53,10 +57,18 @@ class Unsent(BaseException):
     a failure. The work loop catches it and releases the unit; a command outside a work loop
     exits with the stop's status."""
 
-    def __init__(self, reason: WaitReason, seconds: float = 0.0) -> None:
+    def __init__(
+        self,
+        reason: WaitReason,
+        seconds: float = 0.0,
+        lane: str | None = None,
+        source: WaitReason | None = None,
+    ) -> None:
         super().__init__(f"stopped while waiting for {reason.value} ({seconds:.0f}s left)")
         self.reason = reason
         self.seconds = seconds
+        self.lane = lane  # the lane it waited on (its rate or budget), for the stop summary
+        self.source = source  # for a cooldown: who asked for it (RETRY_AFTER or BACKOFF)
 
 
 _current: ContextVar[GracefulStop | None] = ContextVar("stagecrawl_stop", default=None)
@@ -100,12 +112,18 @@ async def sleep_unless_stopped(sleep: Awaitable[None], stop: GracefulStop | None
 
 
 class GracefulStop:
-    def __init__(self, finishing: str = "work in progress") -> None:
+    def __init__(
+        self, finishing: str = "work in progress", grace_period: float = DEFAULTS.grace_period
+    ) -> None:
         self.finishing = finishing  # what is finished after the first signal, for the log line
+        # Seconds an exchange on the wire may take to finish after the stop (`within_grace`);
+        # the command sets it from the settings (`cli.common.run`), work loops use their own.
+        self.grace_period = grace_period
         self.event = asyncio.Event()
         self._flag = threading.Event()
         self.signal: signal.Signals | None = None
         self._signals = 0
+        self._requested_at: float | None = None  # time.monotonic() of the first signal
 
     @property
     def requested(self) -> bool:
@@ -128,6 +146,7 @@ class GracefulStop:
             sys.stderr.flush()
             os._exit(self.exit_code)
         log.warning("stopping: finishing %s (interrupt again to exit now)", self.finishing)
+        self._requested_at = time.monotonic()
         self._flag.set()
         self.event.set()
 
@@ -145,6 +164,40 @@ class GracefulStop:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await work
             raise Interrupted("stopped")
+        return work.result()
+
+    def grace_left(self) -> float:
+        """Seconds of the grace period left since the stop (the whole of it before one)."""
+        if self._requested_at is None:
+            return self.grace_period
+        return max(0.0, self.grace_period - (time.monotonic() - self._requested_at))
+
+    async def within_grace(self, awaitable: Awaitable[T]) -> T:
+        """Await an exchange that may be on the wire: a stop lets it finish within the grace
+        period (counted from the signal, not from this call), then cancels it and raises
+        Interrupted. For phases that send one request at a time outside a work loop (lock
+        registration asks the index crate by crate): a stalled origin costs the grace period,
+        not the watchdog's, and the phase still reports what it did. A wait that sends nothing
+        (a lane token, a cooldown) ends at once with the fetcher's `Unsent`, raised here."""
+        work = asyncio.ensure_future(awaitable)
+        try:
+            if not self.requested:
+                stopped = asyncio.ensure_future(self.event.wait())
+                try:
+                    await asyncio.wait({work, stopped}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    stopped.cancel()
+            if not work.done():
+                await asyncio.wait({work}, timeout=self.grace_left())
+        except asyncio.CancelledError:
+            work.cancel()
+            raise
+        if not work.done():
+            work.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await work
+            log.warning("an exchange did not finish within the grace period: cancelled")
+            raise Interrupted(f"stopped: past the grace period ({self.grace_period:g}s)")
         return work.result()
 
     async def wait(self, timeout: float | None) -> bool:

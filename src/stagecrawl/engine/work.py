@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
+from stagecrawl.engine.ratelimit import WaitReason
 from stagecrawl.engine.shutdown import GracefulStop, Unsent, stopping_on
 from stagecrawl.settings import DEFAULTS
 
@@ -96,6 +97,42 @@ class LoopStats:
     # came (a WaitReason: lane_rate, budget, cooldown, backoff, stop), or "grace_period" (on
     # the wire past the grace period, cancelled).
     given_back: Counter[str] = field(default_factory=Counter)
+    # The same units by cause in words, naming the lane and who asked for a cooldown
+    # ("waiting on our api lane", "waiting on the server's Retry-After"): `given_back_text`.
+    given_back_why: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def given_back_text(self) -> str:
+        return given_back_text(self.given_back_why)
+
+
+UNSTARTED = "not started"
+PAST_GRACE = "past the grace period"
+
+
+def waited_for(unsent: Unsent) -> str:
+    """What a unit given back on a stop was waiting for, in words: ours (a lane's rate or
+    budget, a backoff) is told apart from the server's (its Retry-After)."""
+    lane = f"our {unsent.lane} lane" if unsent.lane else "our lane"
+    reason = unsent.reason
+    if reason is WaitReason.LANE_RATE:
+        return f"waiting on {lane}"
+    if reason is WaitReason.BUDGET:
+        return f"waiting on {lane}'s budget"
+    if reason is WaitReason.COOLDOWN:
+        if unsent.source is WaitReason.BACKOFF:
+            return "waiting on our backoff after a 429"
+        return "waiting on the server's Retry-After"
+    if reason is WaitReason.BACKOFF:
+        return "waiting on our backoff after a failure"
+    return "stopped before sending"
+
+
+def given_back_text(why: Counter[str]) -> str:
+    """ "given back: 3 waiting on our api lane, 1 waiting on the server's Retry-After, 2 past
+    the grace period" (most first); "" when nothing was given back."""
+    parts = [f"{n} {cause}" for cause, n in sorted(why.items(), key=lambda c: (-c[1], c[0])) if n]
+    return f"given back: {', '.join(parts)}" if parts else ""
 
 
 class WorkLoop(Generic[U, R]):
@@ -182,13 +219,12 @@ class WorkLoop(Generic[U, R]):
         self.stats.interrupted = self.stop.requested
         self.stats.wall_seconds = time.monotonic() - started
         if self.stats.interrupted:
-            given = self.stats.given_back
-            why = ", ".join(f"{n} {reason}" for reason, n in sorted(given.items()))
+            why = self.stats.given_back_text
             log.warning(
                 "stopped: %d unit(s) finished and written, %d given back%s",
                 self.stats.completed,
                 self.stats.released,
-                f" ({why})" if why else "",
+                f" ({why.removeprefix('given back: ')})" if why else "",
             )
         return self.stats
 
@@ -239,6 +275,7 @@ class WorkLoop(Generic[U, R]):
                     unstarted.append(unit)
             await self._release(unstarted)
             self.stats.given_back["unstarted"] += len(unstarted)
+            self.stats.given_back_why[UNSTARTED] += len(unstarted)
         for _ in workers:
             self._todo.put_nowait(None)
         grace = 0.0 if abort else self.settings.grace_period if self.stop.requested else None
@@ -254,6 +291,7 @@ class WorkLoop(Generic[U, R]):
                 )
             await self._release(held)
             self.stats.given_back["grace_period"] += len(held)
+            self.stats.given_back_why[PAST_GRACE] += len(held)
 
     async def _release(self, units: list[U]) -> None:
         if not units:
@@ -278,6 +316,7 @@ class WorkLoop(Generic[U, R]):
                 self._in_worker.pop(number, None)
                 await self._release([unit])
                 self.stats.given_back[str(unsent.reason)] += 1
+                self.stats.given_back_why[waited_for(unsent)] += 1
                 continue
             except Exception as exc:
                 # `process` turns every failure it expects into a result; anything else is a
@@ -302,16 +341,21 @@ class WorkLoop(Generic[U, R]):
         them together; results that arrive while a commit runs form the next batch. A partial
         batch waits at most `commit_linger` for company, so progress stays live."""
         settings = self.settings
+        linger = settings.commit_linger
         batch: list[R] = []
         opened = 0.0
         while True:
+            if self._results and not batch and linger > 0:
+                opened = time.monotonic()  # one clock read per batch, and none without linger
             while self._results and len(batch) < settings.commit_batch:
-                if not batch:
-                    opened = time.monotonic()
                 batch.append(self._results.popleft())
             done = self._workers_done and not self._results
-            lingered = time.monotonic() - opened >= settings.commit_linger
-            if batch and (done or lingered or len(batch) >= settings.commit_batch):
+            if batch and (
+                done
+                or len(batch) >= settings.commit_batch
+                or linger <= 0
+                or time.monotonic() - opened >= linger
+            ):
                 await self._commit(batch)
                 batch = []
                 continue
