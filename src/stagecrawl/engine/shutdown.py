@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Awaitable, Iterator
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from stagecrawl.settings import DEFAULTS
 
@@ -154,17 +154,21 @@ class GracefulStop:
         """Await `awaitable`, but a stop request cancels it at once and raises Interrupted:
         for single long waits with nothing to finish (a download, a subprocess)."""
         work = asyncio.ensure_future(awaitable)
-        stopped = asyncio.ensure_future(self.event.wait())
-        try:
-            await asyncio.wait({work, stopped}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopped.cancel()
+        await self._done_or_stopped(work)
         if not work.done():
             work.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await work
             raise Interrupted("stopped")
         return work.result()
+
+    async def _done_or_stopped(self, work: asyncio.Future[Any]) -> None:
+        """Return when `work` is done or a stop is requested, whichever comes first."""
+        stopped = asyncio.ensure_future(self.event.wait())
+        try:
+            await asyncio.wait({work, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
 
     def grace_left(self) -> float:
         """Seconds of the grace period left since the stop (the whole of it before one)."""
@@ -182,11 +186,7 @@ class GracefulStop:
         work = asyncio.ensure_future(awaitable)
         try:
             if not self.requested:
-                stopped = asyncio.ensure_future(self.event.wait())
-                try:
-                    await asyncio.wait({work, stopped}, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    stopped.cancel()
+                await self._done_or_stopped(work)
             if not work.done():
                 await asyncio.wait({work}, timeout=self.grace_left())
         except asyncio.CancelledError:
