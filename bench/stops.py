@@ -40,6 +40,7 @@ from stagecrawl.demo.registry import CRATES, build_mirror
 from stagecrawl.demo.wikidata import install
 from stagecrawl.testing.dbdump import build_dump
 from stagecrawl.testing.origin import TestOrigin
+from stagecrawl.testing.registry import write_cargo_lock
 
 NAMES = sorted(CRATES)
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -100,15 +101,7 @@ def seed_args(run: Run) -> tuple[list[str], list[str]]:
 
 
 def lock_args(run: Run) -> tuple[list[str], list[str]]:
-    lock = run.work / "Cargo.lock"
-    lock.write_text(
-        "version = 3\n"
-        + "".join(
-            f'\n[[package]]\nname = "{n}"\nversion = "1.0.0"\n'
-            'source = "registry+https://github.com/rust-lang/crates.io-index"\n'
-            for n in NAMES
-        )
-    )
+    lock = write_cargo_lock(run.work / "Cargo.lock", NAMES)
     plain = ["crates", "lock", "--lockfile", str(lock), *run.crates_urls]
     return [*plain, "--index-rate", "1"], plain
 

@@ -22,6 +22,7 @@ import pytest
 from stagecrawl.demo.wikidata import install
 from stagecrawl.testing.dbdump import build_dump
 from stagecrawl.testing.origin import TestOrigin
+from stagecrawl.testing.registry import write_cargo_lock
 from tests.acceptance.conftest import NAMES, Mirror, dump, spawn, stagecrawl
 
 GRACE = 1.0
@@ -96,15 +97,7 @@ def test_collect_stops_and_gives_back_every_lease(mirror: Mirror, tmp_path: Path
 
 
 def test_lock_stops(mirror: Mirror, tmp_path: Path) -> None:
-    lock = tmp_path / "Cargo.lock"
-    lock.write_text(
-        "version = 3\n"
-        + "".join(
-            f'\n[[package]]\nname = "{n}"\nversion = "1.0.0"\n'
-            'source = "registry+https://github.com/rust-lang/crates.io-index"\n'
-            for n in NAMES
-        )
-    )
+    lock = write_cargo_lock(tmp_path / "Cargo.lock", NAMES)
     mirror.index.rule("/*", stall=30)
     url = f"sqlite:///{tmp_path / 'lock.db'}"
     process = spawn("crates", "lock", "--lockfile", str(lock), "--db", url, *mirror.urls(), env=ENV)
@@ -279,15 +272,7 @@ def test_a_429_cooldown_stops_at_once(mirror: Mirror, tmp_path: Path, sig: signa
 
 
 def test_lock_waiting_for_the_index_stops_at_once(mirror: Mirror, tmp_path: Path) -> None:
-    lock = tmp_path / "Cargo.lock"
-    lock.write_text(
-        "version = 3\n"
-        + "".join(
-            f'\n[[package]]\nname = "{n}"\nversion = "1.0.0"\n'
-            'source = "registry+https://github.com/rust-lang/crates.io-index"\n'
-            for n in NAMES
-        )
-    )
+    lock = write_cargo_lock(tmp_path / "Cargo.lock", NAMES)
     url = f"sqlite:///{tmp_path / 'lock.db'}"
     args = ("crates", "lock", "--lockfile", str(lock), "--db", url, *mirror.urls())
     process = spawn(*args, "--index-rate", "1", env=ENV)

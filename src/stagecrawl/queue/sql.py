@@ -42,8 +42,7 @@ class Waiting:
         if not queues:
             return None
         with queues[0].db.reading() as conn:
-            found = [w for q in queues if (w := q.waiting(conn)) is not None]
-        return Waiting.merge(found)
+            return Waiting.merge([q.waiting(conn) for q in queues])
 
     @staticmethod
     def merge(found: Sequence[Waiting | None]) -> Waiting | None:

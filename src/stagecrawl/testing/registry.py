@@ -25,6 +25,19 @@ def index_line(name: str, vers: str, deps: list[dict[str, Any]] | None = None, *
     return json.dumps(entry, separators=(",", ":"))
 
 
+def write_cargo_lock(path: Path, names: list[str], version: str = "1.0.0") -> Path:
+    """A resolved Cargo.lock (version 3) naming each crate once, from crates.io."""
+    path.write_text(
+        "version = 3\n"
+        + "".join(
+            f'\n[[package]]\nname = "{name}"\nversion = "{version}"\n'
+            'source = "registry+https://github.com/rust-lang/crates.io-index"\n'
+            for name in names
+        )
+    )
+    return path
+
+
 def write_crate(
     root: Path, name: str, lines: list[str], api_document: dict[str, Any] | None = None
 ) -> None:
