@@ -144,3 +144,52 @@ def test_a_changed_file_with_a_bad_line_registers_its_readable_versions(tmp_path
         assert events == {("alpha", "1.0.0"): 1, ("alpha", "1.2.0"): 1, ("beta", "1.0.0"): 1}
         beta = [[r for r in table if "beta" in str(r.values())] for table in after]
         assert beta == [[r for r in table if "beta" in str(r.values())] for table in before]
+
+
+def test_a_long_retry_after_leaves_every_crate_waiting_not_failed(tmp_path: Path) -> None:
+    """A 429 whose Retry-After is longer than a run may wait (600 s) is a pause, not a failure
+    of the crates refresh asked about: none is reported failed, none is asked after the first
+    refusal, nothing is applied (the stored ETags stay, so the next refresh asks again), the
+    report says what waits and until when (JSON `waiting`, one line on stderr), exit 1; and
+    a refresh after the pause brings the change in."""
+    root = tmp_path / "reg"
+    names = [f"paused-{i}" for i in range(4)]
+    for name in names:
+        write_index(root, name, [index_line(name, "1.0.0")])
+        api = root / "api" / "api" / "v1" / "crates" / name
+        api.parent.mkdir(parents=True, exist_ok=True)
+        api.write_text(json.dumps({"crate": {"name": name}, "versions": []}))
+    with TestOrigin(root / "index") as index, TestOrigin(root / "api") as api_origin:
+        db = f"sqlite:///{tmp_path / 'r.db'}"
+        urls = ["--index-url", index.url + "/", "--api-url", api_origin.url + "/", "--db", db]
+        urls += ["--index-rate", "1000", "--api-rate", "1000", "--concurrency", "1"]
+        assert stagecrawl("crates", "crawl", *names, *urls).returncode == 0
+        write_index(root, names[0], [index_line(names[0], "1.0.0"), index_line(names[0], "1.1.0")])
+        before = dump(db)
+        index.log.clear()
+        index.rule("/*", too_many=10**9, retry_after="900")
+
+        paused = stagecrawl("crates", "refresh", *urls, "--format", "json")
+        assert paused.returncode == 1, paused.stderr
+        assert "Traceback" not in paused.stderr and "failed:" not in paused.stderr
+        document = json.loads(paused.stdout)
+        assert document["refresh"]["failed"] == {}
+        assert sorted(document["refresh"]["waiting"]) == names
+        assert document["waiting"]["items"] == len(names)
+        assert "asked for a pause" in document["waiting"]["reason"]
+        lines = [line for line in paused.stderr.splitlines() if "rerun after that" in line]
+        assert len(lines) == 1, paused.stderr
+        assert len(index.log) == 1  # the first refusal holds every other crate back
+        assert dump(db) == before
+        table = stagecrawl("crates", "refresh", *urls)  # the table report: the same one line
+        assert table.returncode == 1, table.stderr
+        assert [line for line in table.stderr.splitlines() if "rerun after that" in line]
+        assert table.stderr.count("rerun after that") == 1, table.stderr
+        assert "not asked (waiting for a pause)" in table.stdout
+        assert dump(db) == before
+
+        index.clear_rules()
+        after = stagecrawl("crates", "refresh", *urls, "--format", "json")
+        assert after.returncode == 0, after.stderr
+        assert json.loads(after.stdout)["refresh"]["changed"] == [names[0]]
+        assert "rerun after that" not in after.stderr

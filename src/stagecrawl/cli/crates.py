@@ -429,6 +429,8 @@ def refresh_command(
                 "gone from the index": ", ".join(checked.gone) or 0,
             }
             rows["failed"] = len(checked.failed)
+            if checked.not_asked.reasons:
+                rows["not asked (waiting for a pause)"] = len(checked.not_asked.reasons)
             if checked.index_problems:
                 lines = sum(map(len, checked.index_problems.values()))
                 rows["index lines skipped (unreadable)"] = lines
@@ -438,6 +440,8 @@ def refresh_command(
             if collected is not None:
                 render_collect(collected, Format.table)
 
+        if collected is not None:  # its one waiting line says what waits in all
+            collected.waiting = report.waiting
         emit(fmt, report.as_json(), tables)
         for name, reason in sorted(checked.failed.items()):
             line = f"{name}: {reason}"
@@ -447,6 +451,8 @@ def refresh_command(
             console.print(f"[yellow]skipped:[/] {escape(line)}", highlight=False, soft_wrap=True)
         if collected is not None and fmt is Format.json:
             print_reasons(collected)
+        elif collected is None:
+            print_waiting(report.waiting, sum(report.requests.values()))
         return exit_code(report.problems, report.interrupted, stop)
 
     run(body, s.grace_period)

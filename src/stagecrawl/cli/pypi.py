@@ -662,8 +662,8 @@ def refresh_command(
 
         def tables() -> None:
             brief = {k: v for k, v in report.as_json().items() if k not in ("failed", "waiting")}
-            if report.waiting:
-                brief["not asked (waiting for a pause)"] = len(report.waiting)
+            if report.not_asked.reasons:
+                brief["not asked (waiting for a pause)"] = len(report.not_asked.reasons)
             show("pypi refresh", brief)
             for name, reason in sorted(report.failed.items()):
                 console.print(f"refresh {name}: {reason}", highlight=False, markup=False)

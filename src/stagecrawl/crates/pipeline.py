@@ -437,13 +437,21 @@ class RefreshRunReport:
     refresh: RefreshReport
     collected: CollectReport | None = None
     settings: dict[str, Any] = field(default_factory=dict)  # what the run's parts used
+    requests: dict[str, int] = field(default_factory=dict)  # per lane, refresh and collect
 
     @property
     def problems(self) -> bool:
         r = self.refresh
-        return bool(r.failed or r.gone or r.index_problems) or bool(
+        return bool(r.failed or r.gone or r.index_problems or r.not_asked.reasons) or bool(
             self.collected and self.collected.problems
         )
+
+    @property
+    def waiting(self) -> Waiting | None:
+        """What waits for a pause: the crates refresh did not ask, and the events the collect
+        after it did not attempt (the latest time wins)."""
+        collected = self.collected.waiting if self.collected is not None else None
+        return Waiting.merge([self.refresh.not_asked.waiting, collected])
 
     @property
     def interrupted(self) -> bool:
@@ -453,6 +461,9 @@ class RefreshRunReport:
         document: dict[str, Any] = {"refresh": self.refresh.as_json()}
         if self.collected is not None:
             document.update(self.collected.as_json())
+        waiting = self.waiting
+        if waiting is not None:
+            document["waiting"] = waiting.as_json()
         document["settings"] = self.settings
         return document
 
@@ -480,6 +491,7 @@ async def run_refresh(
                 report.collected = await collect(database, client, settings, stop, progress=bar)
             loops.update(report.collected.loops)
         report.settings = effective(fetcher, loops) | {"lease_seconds": settings.lease_seconds}
+        report.requests = dict(fetcher.stats.requests)
     return report
 
 

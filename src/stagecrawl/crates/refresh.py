@@ -4,6 +4,10 @@ A 304 (or an unchanged body) costs nothing more and writes nothing. A changed fi
 only its new (crate, version) events, updates the yanked flags that changed (LIST and VERSION)
 and the PRODUCT figures the index decides; the API is then called only for changed crates,
 by the collect that follows.
+
+A host that asks for a pause longer than the run may wait (a long Retry-After, our backoff
+after 429s, a spent budget) is not a failure: that crate, and every one not asked yet, is not
+asked and waits (`waiting`); its stored ETag is unchanged, so the next refresh asks again.
 """
 
 from __future__ import annotations
@@ -25,7 +29,9 @@ from stagecrawl.crates.tables import products, versions
 from stagecrawl.engine.fetcher import Fetcher, Validators
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.engine.work import LoopSettings, MemoryQueue, WorkLoop
-from stagecrawl.errors import FetchError, NotFound
+from stagecrawl.errors import FetchError, NotFound, RateLimited
+from stagecrawl.queue import NotAsked
+from stagecrawl.secrets import redact
 from stagecrawl.settings import DEFAULTS
 from stagecrawl.storage.bulk import upsert
 from stagecrawl.storage.db import Database
@@ -41,6 +47,8 @@ class RefreshReport:
     yanked_changes: int = 0
     gone: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
+    # the crates not asked (a host's pause): not failures, asked again next run
+    not_asked: NotAsked = field(default_factory=NotAsked)
     # crate -> its changed index file's unreadable lines, skipped (the readable ones are used)
     index_problems: dict[str, list[str]] = field(default_factory=dict)
     interrupted: bool = False
@@ -56,6 +64,7 @@ class RefreshReport:
             "yanked_changes": self.yanked_changes,
             "gone": sorted(self.gone),
             "failed": dict(sorted(self.failed.items())),
+            "waiting": dict(sorted(self.not_asked.reasons.items())),
             "index_problems": dict(sorted(self.index_problems.items())),
             "interrupted": self.interrupted,
             "not_checked": self.not_checked,
@@ -85,11 +94,16 @@ async def refresh(
     base = index_url.rstrip("/") + "/"
 
     async def check(state: dict[str, Any]) -> IndexEntry | None:
+        if report.not_asked.holds(state["NAME"]):  # nothing can be sent before the pause ends
+            return None
         validators = Validators(state["ETAG"], state["LAST_MODIFIED"])
         try:
             result = await fetcher.get(
                 base + index_path(state["NAME"]), lane="index", validators=validators
             )
+        except RateLimited as exc:  # not attempted: not checked, not failed
+            report.not_asked.hold(state["NAME"], exc.until or utcnow(), redact(exc.pause_text))
+            return None
         except NotFound:
             report.checked += 1
             report.gone.append(state["NAME"])

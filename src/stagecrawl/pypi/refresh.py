@@ -15,7 +15,6 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection
@@ -28,7 +27,7 @@ from stagecrawl.pypi.client import PyPIClient, SimplePage
 from stagecrawl.pypi.names import normalize
 from stagecrawl.pypi.simple import SimpleFormatError
 from stagecrawl.pypi.work import explain, pause
-from stagecrawl.queue import Waiting, utcnow
+from stagecrawl.queue import NotAsked, Waiting, utcnow
 from stagecrawl.queue.events import NewEvent
 from stagecrawl.storage.db import Database
 
@@ -44,26 +43,18 @@ class RefreshReport:
     yank_flips: int = 0
     not_found: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
-    # project -> why it was not asked (a host's pause): not a failure, asked again next run
-    waiting: dict[str, str] = field(default_factory=dict)
-    until: datetime | None = None  # the latest time the pause lasts
-    reason: str = ""  # ... and why, naming the source
+    # the projects not asked (a host's pause): not failures, asked again next run
+    not_asked: NotAsked = field(default_factory=NotAsked)
     interrupted: bool = False
 
     @property
     def problems(self) -> bool:
-        return bool(self.not_found or self.failed or self.waiting)
+        return bool(self.not_found or self.failed or self.not_asked.reasons)
 
     @property
     def pause(self) -> Waiting | None:
         """The projects not asked, as the queues say what waits: how many, until, why."""
-        if not self.waiting or self.until is None:
-            return None
-        return Waiting(len(self.waiting), self.until, self.reason)
-
-    def hold(self, until: datetime, reason: str) -> None:
-        if self.until is None or until > self.until:
-            self.until, self.reason = until, reason
+        return self.not_asked.waiting
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -74,7 +65,7 @@ class RefreshReport:
             "yank_flips": self.yank_flips,
             "not_found": sorted(self.not_found),
             "failed": dict(sorted(self.failed.items())),
-            "waiting": dict(sorted(self.waiting.items())),
+            "waiting": dict(sorted(self.not_asked.reasons.items())),
             "interrupted": self.interrupted,
         }
 
@@ -119,16 +110,14 @@ async def refresh(
             if stop.requested:
                 report.interrupted = True
                 return
-            if report.until is not None:  # nothing can be sent before then: not asked
-                report.waiting[name] = report.reason
+            if report.not_asked.holds(name):  # nothing can be sent before the pause ends
                 return
             etag = etags.get(name)
             try:
                 page = await client.simple(name, Validators(etag=etag) if etag else None)
             except RateLimited as exc:  # not attempted: not checked, not failed
                 reason, until = pause(exc)
-                report.hold(until, reason)
-                report.waiting[name] = reason
+                report.not_asked.hold(name, until, reason)
                 return
             except NotFound:
                 report.checked += 1

@@ -7,7 +7,7 @@ id, group, state, reason, lease …, and its `LadderCodes`), and runs a `QueueRu
 
 from stagecrawl.queue.ladder import LADDER, LadderCodes, RetryLadder, ThisRun
 from stagecrawl.queue.run import Handler, QueueRun, RunSettings, Unit
-from stagecrawl.queue.sql import SqlQueue, Waiting
+from stagecrawl.queue.sql import NotAsked, SqlQueue, Waiting
 from stagecrawl.queue.table import Claimed, Outcome, QueueTable, utcnow
 from stagecrawl.queue.workers import WorkerProgress, Workers, worker_id
 
@@ -16,6 +16,7 @@ __all__ = [
     "Claimed",
     "Handler",
     "LadderCodes",
+    "NotAsked",
     "Outcome",
     "QueueRun",
     "QueueTable",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Collection, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -59,6 +59,38 @@ class Waiting:
             "until": f"{self.until:%Y-%m-%dT%H:%M:%SZ}",
             "reason": self.reason,
         }
+
+
+@dataclass
+class NotAsked:
+    """What a run held back without asking, because a host asked for a pause (or our budget is
+    spent) that outlasts the run: each item with why, and the latest time the pause lasts.
+    Not failures and not stored: a refresh keeps no queue row, so the next run asks again. A
+    run that meets one pause asks nothing more until it ends (every item after it is held)."""
+
+    reasons: dict[str, str] = field(default_factory=dict)
+    until: datetime | None = None
+    reason: str = ""
+
+    def hold(self, item: str, until: datetime, reason: str) -> None:
+        """`item` was refused with a pause: it waits, and so does everything after it."""
+        if self.until is None or until > self.until:
+            self.until, self.reason = until, reason
+        self.reasons[item] = reason
+
+    def holds(self, item: str) -> bool:
+        """Whether a pause is on: then `item` is not asked, and waits with the pause's reason."""
+        if self.until is None:
+            return False
+        self.reasons[item] = self.reason
+        return True
+
+    @property
+    def waiting(self) -> Waiting | None:
+        """As the queues say what waits: how many, until when, why."""
+        if not self.reasons or self.until is None:
+            return None
+        return Waiting(len(self.reasons), self.until, self.reason)
 
 
 class SqlQueue:
