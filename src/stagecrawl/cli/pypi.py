@@ -166,6 +166,10 @@ def collect_tables(report: CollectReport) -> None:
         }
         if seed.waiting:
             rows["seeds not attempted (waiting for a pause)"] = len(seed.waiting)
+        if seed.interrupted:
+            rows["seeds returned to the queue"] = seed.released
+            if seed.given_back:
+                rows["  why (seeds)"] = seed.given_back
     if report.collect is not None:
         c = report.collect
         rows |= {
@@ -179,6 +183,10 @@ def collect_tables(report: CollectReport) -> None:
         }
         if c.waiting_events:
             rows["not attempted (waiting for a pause)"] = c.waiting_events
+        if c.interrupted:
+            rows["returned to the queue"] = c.released
+            if c.given_back:
+                rows["  why"] = c.given_back
     rows |= {f"{lane} requests": n for lane, n in sorted(report.requests.items())}
     rows |= {f"{lane} 429s": n for lane, n in sorted(report.rate_limited.items())}
     show("pypi", rows)

@@ -94,6 +94,7 @@ class CollectReport:
                 "waiting": dict(sorted(c.waiting.items())),
                 "lost_leases": c.lost_leases,
                 "released": c.released,
+                "given_back": c.given_back,
                 "interrupted": c.interrupted,
                 "wall_seconds": round(c.wall_seconds, 3),
             }

@@ -92,6 +92,8 @@ class SeedReport:
             "gave_up": sorted(self.gave_up),
             "waiting": dict(sorted(self.waiting.items())),
             "index_problems": dict(sorted(self.index_problems.items())),
+            "released": self.released,
+            "given_back": self.given_back,
             "interrupted": self.interrupted,
         }
 

@@ -169,6 +169,8 @@ class SeedReport:
     failed: dict[str, str] = field(default_factory=dict)
     problems: dict[str, list[str]] = field(default_factory=dict)  # invalid versions, files
     waiting: dict[str, str] = field(default_factory=dict)  # not attempted (a pause): why
+    released: int = 0  # seeds given back to the queue by a stop
+    given_back: str = ""  # ... and why, in words (LoopStats.given_back_text)
     interrupted: bool = False
 
     @property
@@ -186,6 +188,8 @@ class SeedReport:
             "failed": dict(sorted(self.failed.items())),
             "waiting": dict(sorted(self.waiting.items())),
             "problems": dict(sorted(self.problems.items())),
+            "released": self.released,
+            "given_back": self.given_back,
             "interrupted": self.interrupted,
         }
 
@@ -275,7 +279,9 @@ class Seeder:
         try:
             stats = await self.loop.run()
             self.report.interrupted = stats.interrupted
+            self.report.given_back = stats.given_back_text
         finally:
+            self.report.released = self.queue.released_rows
             self.finished.set()
         return self.report
 
@@ -336,6 +342,7 @@ class CollectSummary:
     unknown_dependencies: int = 0
     lost_leases: int = 0
     released: int = 0
+    given_back: str = ""  # on a stop, the causes in words (LoopStats.given_back_text)
     interrupted: bool = False
     failures: dict[str, str] = field(default_factory=dict)
     problems: dict[str, list[str]] = field(default_factory=dict)
@@ -361,6 +368,7 @@ class CollectSummary:
             "problems": dict(sorted(self.problems.items())),
             "lost_leases": self.lost_leases,
             "released": self.released,
+            "given_back": self.given_back,
             "interrupted": self.interrupted,
         }
 
@@ -485,6 +493,7 @@ class Collector:
             await self.queue.close()
             self.summary.released = self.queue.released_rows
         self.summary.interrupted = stats.interrupted
+        self.summary.given_back = stats.given_back_text
         return self.summary
 
     def _progress(self) -> WorkerProgress:
