@@ -25,6 +25,15 @@ def write_index(root: Path, name: str, lines: list[str]) -> None:
     write_crate(root, name, lines)
 
 
+def one_version_each(root: Path, names: list[str]) -> None:
+    """An index file with version 1.0.0 and a bare API page for each crate."""
+    for name in names:
+        write_index(root, name, [index_line(name, "1.0.0")])
+        api = root / "api" / "api" / "v1" / "crates" / name
+        api.parent.mkdir(parents=True, exist_ok=True)
+        api.write_text(json.dumps({"crate": {"name": name}, "versions": []}))
+
+
 def dump(url: str) -> list[list[dict[str, Any]]]:
     db = Database(url)
     tables = (db.list, db.version, db.product, db.index_state)
@@ -115,11 +124,7 @@ def test_unchanged_crates_cost_one_304_each_and_changes_only_what_changed(
 
 def test_a_changed_file_with_a_bad_line_registers_its_readable_versions(tmp_path: Path) -> None:
     root = tmp_path / "reg"
-    for name in ("alpha", "beta"):
-        write_index(root, name, [index_line(name, "1.0.0")])
-        api = root / "api" / "api" / "v1" / "crates" / name
-        api.parent.mkdir(parents=True, exist_ok=True)
-        api.write_text(json.dumps({"crate": {"name": name}, "versions": []}))
+    one_version_each(root, ["alpha", "beta"])
     with TestOrigin(root / "index") as index, TestOrigin(root / "api") as api_origin:
         db = f"sqlite:///{tmp_path / 'r.db'}"
         urls = ["--index-url", index.url + "/", "--api-url", api_origin.url + "/", "--db", db]
@@ -154,11 +159,7 @@ def test_a_long_retry_after_leaves_every_crate_waiting_not_failed(tmp_path: Path
     a refresh after the pause brings the change in."""
     root = tmp_path / "reg"
     names = [f"paused-{i}" for i in range(4)]
-    for name in names:
-        write_index(root, name, [index_line(name, "1.0.0")])
-        api = root / "api" / "api" / "v1" / "crates" / name
-        api.parent.mkdir(parents=True, exist_ok=True)
-        api.write_text(json.dumps({"crate": {"name": name}, "versions": []}))
+    one_version_each(root, names)
     with TestOrigin(root / "index") as index, TestOrigin(root / "api") as api_origin:
         db = f"sqlite:///{tmp_path / 'r.db'}"
         urls = ["--index-url", index.url + "/", "--api-url", api_origin.url + "/", "--db", db]
