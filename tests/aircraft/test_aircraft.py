@@ -153,3 +153,36 @@ def test_a_failed_request_is_retried_by_the_plain_rerun(origin: TestOrigin, tmp_
     assert again.returncode == 0, again.stderr
     assert set(load(out, "specs")) == set(load(out, "models"))
     assert "retried from the ladder" in again.stdout
+
+
+def test_a_long_pause_waits_off_the_ladder_and_the_next_passes_wait_too(
+    origin: TestOrigin, tmp_path: Path
+) -> None:
+    """The entity API asks for a pause longer than a run may wait (600 s): the specs requests
+    were not attempted, so none climbs the retry ladder (a few such runs must not give them
+    up), the run sends nothing more after the refusal, says what waits and until when (one
+    line on stderr, JSON `waiting`), exits 1; the same command after the pause finishes."""
+    install(origin)
+    paused = origin.rule("/w/api.php", too_many=10**9, retry_after="900")
+    out = tmp_path / "out"
+    args = ["aircraft", "crawl", "--out", str(out), *urls(origin), "--batch", "2"]
+    for _ in range(3):  # more runs than the ladder's attempts: still nothing given up
+        first = stagecrawl(*args, "--format", "json")
+        assert first.returncode == 1, first.stderr
+        assert "Traceback" not in first.stderr
+        lines = [line for line in first.stderr.splitlines() if "rerun after that" in line]
+        assert len(lines) == 1 and "(server Retry-After)" in lines[0], first.stderr
+        document = json.loads(first.stdout)
+        specs = document["passes"]["specs"]
+        assert specs["ladder"] == 0 and specs["gave_up"] == 0, specs
+        assert document["waiting"]["items"] >= 1
+        assert "asked for a pause" in document["waiting"]["reason"]
+    assert len(origin.requests_to("/w/api.php")) == 3  # one refusal a run, then nothing
+    assert load(out, "specs") == {}
+    status = stagecrawl("status", "--aircraft", str(out), "--format", "json")
+    assert json.loads(status.stdout)["aircraft"]["passes"]["specs"]["ladder"] == []
+
+    origin.rules.remove(paused)
+    again = stagecrawl(*args)
+    assert again.returncode == 0, again.stderr
+    assert set(load(out, "specs")) == set(load(out, "models"))

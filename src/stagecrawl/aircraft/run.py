@@ -30,6 +30,7 @@ from stagecrawl.engine.ratelimit import Lane, Lanes, Rate
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.engine.work import LoopSettings
 from stagecrawl.errors import ConfigError, StorageError
+from stagecrawl.pauses import Waiting
 from stagecrawl.settings import DEFAULTS, Settings
 
 
@@ -105,12 +106,20 @@ class AircraftReport:
 
     @property
     def problems(self) -> bool:
-        """Something is left on the retry ladder (or given up): the run did not finish."""
-        return any(s.ladder or s.gave_up for s in self.passes.values())
+        """Something is left on the retry ladder (or given up), or waits for a pause: the run
+        did not finish."""
+        return self.waiting is not None or any(s.ladder or s.gave_up for s in self.passes.values())
+
+    @property
+    def waiting(self) -> Waiting | None:
+        """What waits for a host's pause (the passes after a held one did not run)."""
+        return Waiting.merge([s.waiting for s in self.passes.values()])
 
     def as_json(self) -> dict[str, object]:
+        waiting = self.waiting
         return {
             "passes": {name: s.as_json() for name, s in self.passes.items()},
+            "waiting": None if waiting is None else waiting.as_json(),
             "stored": self.stored,
             "requests": self.requests,
             "settings": self.settings,
@@ -161,8 +170,8 @@ async def run_aircraft(
                 stores[name].checkpoint()
                 report.passes[name] = summary
                 report.stored[name] = len(stores[name])
-                if summary.interrupted:
-                    break
+                if summary.interrupted or summary.waiting is not None:
+                    break  # a pause holds the host: the next pass could send nothing either
             report.requests = dict(fetcher.stats.requests)
             report.settings = effective(fetcher, {"crawl": config.loop_settings()})
     finally:

@@ -23,6 +23,7 @@ from stagecrawl.cli.common import (
     exit_code,
     fail,
     guarded,
+    print_waiting,
     progress,
     run,
     settings_from,
@@ -74,6 +75,7 @@ def aircraft_crawl(
     async def body(stop: GracefulStop) -> int:
         report = await run_aircraft(config, stage, stop, lambda title: progress(title, fmt))
         render(report, fmt)
+        print_waiting(report.waiting, sum(report.requests.values()))
         return exit_code(report.problems, report.interrupted, stop)
 
     run(body, s.grace_period)

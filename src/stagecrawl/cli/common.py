@@ -45,7 +45,7 @@ if TYPE_CHECKING:  # imported where used: `--help` and `status` must not pay for
 
     from stagecrawl.engine.progress import ProgressReporter
     from stagecrawl.engine.shutdown import GracefulStop
-    from stagecrawl.queue import Waiting
+    from stagecrawl.pauses import Waiting
 
 T = TypeVar("T")
 EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143

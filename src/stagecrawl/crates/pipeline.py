@@ -41,7 +41,7 @@ from stagecrawl.engine.progress import ProgressReporter
 from stagecrawl.engine.shutdown import GracefulStop, Interrupted
 from stagecrawl.engine.work import LoopSettings, LoopStats
 from stagecrawl.errors import ConfigError, InputError
-from stagecrawl.queue import Waiting
+from stagecrawl.queue import Waiting, waiting_on
 from stagecrawl.settings import DEFAULTS, Settings, check_http_url
 from stagecrawl.storage.db import Database
 
@@ -111,7 +111,7 @@ class CollectReport:
 
 def _waiting(db: Database) -> Waiting | None:
     """What waits for a pause on the seed queue and the LIST (the latest time wins)."""
-    return Waiting.on([seed_queue(db), event_list(db).queue])
+    return waiting_on([seed_queue(db), event_list(db).queue])
 
 
 def _traffic(report: CollectReport, client: CratesClient, ai: AiLicenseClient | None) -> None:

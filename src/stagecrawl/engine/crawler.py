@@ -17,6 +17,7 @@ import logging
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Protocol
 
 from stagecrawl.engine.fetcher import Fetcher
@@ -24,6 +25,7 @@ from stagecrawl.engine.frontier import (
     DONE,
     FAILED,
     GAVE_UP,
+    PENDING,
     CrawlResult,
     Frontier,
     FrontierQueue,
@@ -34,7 +36,9 @@ from stagecrawl.engine.progress import ProgressReporter
 from stagecrawl.engine.request import Item, Request
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.engine.work import LoopSettings, LoopStats, WorkLoop
-from stagecrawl.errors import FetchError
+from stagecrawl.errors import FetchError, RateLimited
+from stagecrawl.pauses import Waiting
+from stagecrawl.secrets import redact
 
 log = logging.getLogger("stagecrawl.crawler")
 
@@ -73,6 +77,9 @@ class CrawlSummary:
     ladder: int = 0  # failed, retried by the next run
     gave_up: int = 0
     last_errors: list[tuple[str, int, str]] = field(default_factory=list)  # url, attempts, why
+    # not attempted: a host asked for a pause that outlasts the run (or our budget is spent);
+    # these requests, and the pending ones after them, wait for the next run
+    waiting: Waiting | None = None
 
     def as_rows(self) -> dict[str, object]:
         rows: dict[str, object] = {
@@ -85,6 +92,8 @@ class CrawlSummary:
         for kind, count in sorted(self.errors.items()):
             rows[f"errors: {kind}"] = count
         rows["on the retry ladder (next run)"] = self.ladder
+        if self.waiting is not None:
+            rows["not attempted (waiting for a pause)"] = self.waiting.rows
         rows["given up"] = self.gave_up
         for url, attempts, why in self.last_errors[:5]:
             rows[f"  failed ×{attempts}: {url}"] = why
@@ -105,6 +114,7 @@ class CrawlSummary:
             "retried": self.retried,
             "ladder": self.ladder,
             "gave_up": self.gave_up,
+            "waiting": None if self.waiting is None else self.waiting.as_json(),
             "failures": [
                 {"url": url, "attempts": attempts, "reason": why}
                 for url, attempts, why in self.last_errors
@@ -165,6 +175,9 @@ class Crawler:
         summary.ladder = counts.get(FAILED, 0)
         summary.gave_up = counts.get(GAVE_UP, 0)
         summary.last_errors = [(url, attempts, why) for url, _state, attempts, why in ladder]
+        held = self.queue.held
+        if held.until is not None:  # what is pending now waits for the pause to end
+            summary.waiting = Waiting(counts.get(PENDING, 0), held.until, held.reason)
         return summary
 
     async def _add_start_requests(self) -> None:
@@ -186,6 +199,11 @@ class Crawler:
                 validators=request.validators,
                 rate_limited=getattr(self.stage, "rate_limited", None),
             )
+        except RateLimited as exc:  # not attempted: it waits, and so does the rest of the run
+            reason = redact(exc.pause_text)
+            until = exc.until or datetime.now(UTC).replace(tzinfo=None)
+            self.queue.hold(request, until, reason)
+            return CrawlResult(request, [], [], error=reason, waits=True)
         except FetchError as exc:
             self.summary.errors[exc.kind] += 1
             items, children = _split(self.stage.failed(request, exc))

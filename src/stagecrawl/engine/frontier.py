@@ -28,12 +28,14 @@ import sqlite3
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from stagecrawl.engine.filelock import exclusive
 from stagecrawl.engine.request import Item, Request
 from stagecrawl.errors import StorageError
+from stagecrawl.pauses import NotAsked
 from stagecrawl.queue.ladder import LADDER, RetryLadder
 
 PENDING, INFLIGHT, DONE, FAILED, GAVE_UP = 0, 1, 2, 3, 4
@@ -71,6 +73,7 @@ class Completion:
     request: Request
     children: Sequence[Request]
     error: str | None = None
+    waits: bool = False  # not attempted (a pause): back to pending, off the ladder
 
 
 class Outcome(Protocol):
@@ -85,6 +88,9 @@ class Outcome(Protocol):
 
     @property
     def error(self) -> str | None: ...
+
+    @property
+    def waits(self) -> bool: ...
 
 
 class Frontier:
@@ -188,7 +194,10 @@ class Frontier:
             )
             added = self.db.total_changes - before
             done = [c.request.key for c in completions if c.error is None]
-            failed = [(c.error, c.request.key) for c in completions if c.error is not None]
+            failed = [
+                (c.error, c.request.key) for c in completions if c.error is not None and not c.waits
+            ]
+            waiting = [(c.error, c.request.key) for c in completions if c.waits]
             # One statement per chunk, not one per request: the batch is mostly successes.
             for start in range(0, len(done), KEYS_PER_UPDATE):
                 keys = done[start : start + KEYS_PER_UPDATE]
@@ -202,6 +211,9 @@ class Frontier:
                 f" state = CASE WHEN attempts + 1 >= {self.max_attempts} THEN {GAVE_UP}"
                 f" ELSE {FAILED} END WHERE key = ?",
                 failed,
+            )
+            self.db.executemany(
+                f"UPDATE requests SET state = {PENDING}, error = ? WHERE key = ?", waiting
             )
         return added
 
@@ -265,6 +277,9 @@ class CrawlResult:
     items: list[Item]
     children: list[Request]
     error: str | None = None
+    # Not attempted: a host's pause (or our budget) outlasts the run. The request goes back to
+    # pending with `error` as its reason and climbs no ladder: no failure of its own.
+    waits: bool = False
 
 
 class FrontierQueue:
@@ -285,6 +300,13 @@ class FrontierQueue:
         self.read_ahead = read_ahead
         self._ready: collections.deque[Request] = collections.deque()
         self._thread = OneThread("frontier")
+        # A host's pause that outlasts the run: nothing more is claimed, the rest waits for
+        # the next run (the pending requests, and what comes back marked `waits`).
+        self.held = NotAsked()
+
+    def hold(self, request: Request, until: datetime, reason: str) -> None:
+        """`request` met a pause until `until`: claim nothing more in this run."""
+        self.held.hold(request.key, until, reason)
 
     async def _call(self, function: Any, *args: Any) -> Any:
         return await self._thread.call(function, *args)
@@ -295,6 +317,8 @@ class FrontierQueue:
         return added
 
     async def claim(self, limit: int) -> list[Request]:
+        if self.held.until is not None:
+            return []
         if len(self._ready) < limit:
             more: list[Request] = await self._call(
                 self.frontier.claim, max(limit, self.read_ahead) - len(self._ready)
@@ -331,6 +355,8 @@ class FrontierQueue:
         return not self._ready and await self.pending() == 0
 
     async def is_finished(self) -> bool:
+        if self.held.until is not None:
+            return True  # nothing can be sent before then: the rest waits for the next run
         # One process per frontier (the lock file): what is not pending is done, on the
         # ladder for the next run, or ours in flight, which the loop accounts for.
         return await self.is_empty()

@@ -50,6 +50,7 @@ from stagecrawl.queue import (
     Waiting,
     WorkerProgress,
     utcnow,
+    waiting_on,
     worker_id,
 )
 from stagecrawl.queue.events import (
@@ -621,7 +622,7 @@ def _traffic(report: CollectReport, client: PyPIClient) -> None:
 
 def waiting(db: Database) -> Waiting | None:
     """What waits for a pause on PyPI's seed queue and LIST (the latest time wins)."""
-    return Waiting.on([tables.seed_queue(db), tables.event_list(db).queue])
+    return waiting_on([tables.seed_queue(db), tables.event_list(db).queue])
 
 
 async def seed(

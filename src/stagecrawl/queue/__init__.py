@@ -5,9 +5,10 @@ id, group, state, reason, lease …, and its `LadderCodes`), and runs a `QueueRu
 `Handler` on the engine's work loop. See docs/architecture.md.
 """
 
+from stagecrawl.pauses import NotAsked, Waiting
 from stagecrawl.queue.ladder import LADDER, LadderCodes, RetryLadder, ThisRun
 from stagecrawl.queue.run import Handler, QueueRun, RunSettings, Unit
-from stagecrawl.queue.sql import NotAsked, SqlQueue, Waiting
+from stagecrawl.queue.sql import SqlQueue, waiting_on
 from stagecrawl.queue.table import Claimed, Outcome, QueueTable, utcnow
 from stagecrawl.queue.workers import WorkerProgress, Workers, worker_id
 
@@ -29,5 +30,6 @@ __all__ = [
     "WorkerProgress",
     "Workers",
     "utcnow",
+    "waiting_on",
     "worker_id",
 ]

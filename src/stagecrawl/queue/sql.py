@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Collection, Hashable, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, Select, and_, false, func, literal, or_, select, true, update
 from sqlalchemy.sql.elements import ColumnElement
 
+from stagecrawl.pauses import Waiting
 from stagecrawl.queue.ladder import ThisRun
 from stagecrawl.queue.table import Claimed, Outcome, QueueTable, utcnow
 from stagecrawl.storage.db import Database, in_values
@@ -26,71 +26,13 @@ from stagecrawl.storage.db import Database, in_values
 IN_CHUNK = 1000
 
 
-@dataclass(frozen=True)
-class Waiting:
-    """Rows not attempted that wait for a time: how many, the latest time, and why."""
-
-    rows: int
-    until: datetime
-    reason: str
-
-    @staticmethod
-    def on(queues: Sequence[SqlQueue]) -> Waiting | None:
-        """What waits on these queues of one database (a registry's seed queue and its LIST),
-        together: the rows added up, the latest time and its reason (the one a rerun waits
-        for)."""
-        if not queues:
-            return None
-        with queues[0].db.reading() as conn:
-            return Waiting.merge([q.waiting(conn) for q in queues])
-
-    @staticmethod
-    def merge(found: Sequence[Waiting | None]) -> Waiting | None:
-        """Several waits as one: the rows added up, the latest time and its reason."""
-        present = [w for w in found if w is not None]
-        if not present:
-            return None
-        latest = max(present, key=lambda w: w.until)
-        return Waiting(sum(w.rows for w in present), latest.until, latest.reason)
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "items": self.rows,
-            "until": f"{self.until:%Y-%m-%dT%H:%M:%SZ}",
-            "reason": self.reason,
-        }
-
-
-@dataclass
-class NotAsked:
-    """What a run held back without asking, because a host asked for a pause (or our budget is
-    spent) that outlasts the run: each item with why, and the latest time the pause lasts.
-    Not failures and not stored: a refresh keeps no queue row, so the next run asks again. A
-    run that meets one pause asks nothing more until it ends (every item after it is held)."""
-
-    reasons: dict[str, str] = field(default_factory=dict)
-    until: datetime | None = None
-    reason: str = ""
-
-    def hold(self, item: str, until: datetime, reason: str) -> None:
-        """`item` was refused with a pause: it waits, and so does everything after it."""
-        if self.until is None or until > self.until:
-            self.until, self.reason = until, reason
-        self.reasons[item] = reason
-
-    def holds(self, item: str) -> bool:
-        """Whether a pause is on: then `item` is not asked, and waits with the pause's reason."""
-        if self.until is None:
-            return False
-        self.reasons[item] = self.reason
-        return True
-
-    @property
-    def waiting(self) -> Waiting | None:
-        """As the queues say what waits: how many, until when, why."""
-        if not self.reasons or self.until is None:
-            return None
-        return Waiting(len(self.reasons), self.until, self.reason)
+def waiting_on(queues: Sequence[SqlQueue]) -> Waiting | None:
+    """What waits on these queues of one database (a registry's seed queue and its LIST),
+    together: the rows added up, the latest time and its reason (the one a rerun waits for)."""
+    if not queues:
+        return None
+    with queues[0].db.reading() as conn:
+        return Waiting.merge([q.waiting(conn) for q in queues])
 
 
 class SqlQueue:
