@@ -55,6 +55,38 @@ async def test_every_unit_is_completed_once_in_group_commits() -> None:
     assert max(len(b) for b in queue.batches) <= 32
 
 
+class GrowingQueue(RecordingQueue):
+    """A crawl's frontier in miniature: completing unit u makes u + 10 claimable (its child,
+    found by processing u), up to `last`; nothing else is known until a commit."""
+
+    def __init__(self, last: int) -> None:
+        super().__init__(10)
+        self.last = last
+
+    async def complete(self, results: Sequence[int]) -> None:
+        await super().complete(results)
+        self.todo += [u + 10 for u in results if u + 10 <= self.last]
+
+
+async def test_a_lingering_batch_is_committed_at_once_when_nothing_else_is_in_flight() -> None:
+    """A partial batch waits for company only while some can come: once every claimed unit
+    is processed, it is committed at once, so a run's last results are durable without the
+    linger, and a crawl whose children are claimable only after the commit goes on at once
+    instead of idling a linger per generation (here an hour: the run would hang)."""
+    queue = GrowingQueue(last=59)  # six generations of ten
+
+    async def process(unit: int) -> int:
+        await asyncio.sleep(0.001)
+        return unit
+
+    settings = LoopSettings(concurrency=4, commit_batch=1000, commit_linger=3600.0)
+    async with asyncio.timeout(60):  # fails the test instead of hanging it on old code
+        stats = await WorkLoop(queue, process, settings).run()
+    done = [u for batch in queue.batches for u in batch]
+    assert sorted(done) == list(range(60)) and stats.completed == 60
+    assert len(queue.batches) < 60  # they still lingered for each other meanwhile
+
+
 async def test_a_stop_gives_back_unstarted_and_late_units_and_keeps_finished_ones() -> None:
     queue = RecordingQueue(50)
     stop = GracefulStop()
