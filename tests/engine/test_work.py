@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Sequence
 
 import pytest
@@ -85,6 +86,35 @@ async def test_a_lingering_batch_is_committed_at_once_when_nothing_else_is_in_fl
     done = [u for batch in queue.batches for u in batch]
     assert sorted(done) == list(range(60)) and stats.completed == 60
     assert len(queue.batches) < 60  # they still lingered for each other meanwhile
+
+
+class FrontierLike(GrowingQueue):
+    grows_on_complete = True  # as FrontierQueue: a commit can make more work claimable
+
+
+async def test_workers_starved_by_a_lingering_batch_get_its_children_at_once() -> None:
+    """The queue ran dry while unit 0 is still in flight: the lingering batch holding unit 1
+    is what makes unit 11 (its child) claimable, so it is committed at once instead of when
+    unit 0 finishes or the linger (an hour) ends. Unit 0 waits for unit 11 (at most 60 s,
+    so the old code fails instead of hanging)."""
+    queue = FrontierLike(last=19)
+    child_done = asyncio.Event()
+    finished: list[int] = []
+
+    async def process(unit: int) -> int:
+        if unit == 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(60):
+                    await child_done.wait()
+        if unit == 11:
+            child_done.set()
+        finished.append(unit)
+        return unit
+
+    settings = LoopSettings(concurrency=16, commit_batch=1000, commit_linger=3600.0)
+    stats = await WorkLoop(queue, process, settings).run()
+    assert stats.completed == 20
+    assert finished.index(11) < finished.index(0)  # the child did not wait for the straggler
 
 
 async def test_a_stop_gives_back_unstarted_and_late_units_and_keeps_finished_ones() -> None:

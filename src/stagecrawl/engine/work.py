@@ -67,6 +67,12 @@ class WorkQueue(Protocol[U, R_contra]):
         ...
 
 
+# A queue whose `complete` can make more work claimable (a crawl's frontier: the children
+# found in a batch are claimable once it is committed) says so with a true class attribute
+# `grows_on_complete`; the loop then does not hold a batch open while its workers starve.
+GROWS_ON_COMPLETE = "grows_on_complete"
+
+
 @dataclass
 class LoopSettings:
     """Work-loop settings; the defaults of those in the settings table come from it."""
@@ -169,6 +175,7 @@ class WorkLoop(Generic[U, R]):
         self._in_worker: dict[int, U] = {}
         self._committer_task: asyncio.Task[None]
         self._failure: BaseException | None = None  # what `process` raised: it ends the run
+        self._grows = bool(getattr(queue, GROWS_ON_COMPLETE, False))
 
     @property
     def idle(self) -> bool:
@@ -255,6 +262,8 @@ class WorkLoop(Generic[U, R]):
                 if units:  # a stop (or a failure) came while claiming: straight back
                     await self.queue.release(list(units))
                     return
+                if self._lingering and self._no_company():
+                    self._arrived.set()  # ran dry: what lingers may hold the next work
             if self._outstanding == 0 and await self.queue.is_finished():
                 return
             # Wait for room (the workers used up the ready units, or a commit made some and
@@ -301,7 +310,7 @@ class WorkLoop(Generic[U, R]):
         await self.queue.release(units)
         self._outstanding -= len(units)
         self.stats.released += len(units)
-        if self._lingering and self._nothing_in_flight():
+        if self._lingering and self._no_company():
             self._arrived.set()  # what lingers can have no more company: commit it now
 
     async def _worker(self, number: int) -> None:
@@ -339,7 +348,7 @@ class WorkLoop(Generic[U, R]):
             if (
                 not self._lingering
                 or len(self._results) >= self.settings.commit_batch
-                or self._outstanding == self._uncommitted
+                or self._no_company()
             ):
                 self._arrived.set()
             if self._todo.empty() and not self._drained:
@@ -350,8 +359,9 @@ class WorkLoop(Generic[U, R]):
         them together; results that arrive while a commit runs form the next batch. A partial
         batch waits at most `commit_linger` for company, and not at all when none can come:
         nothing is left in flight (the queue ran dry, the run or a stop is ending), so the
-        last results of a run, or of a burst, are durable at once and a crawl whose children
-        are claimable only after the commit never idles for the linger.
+        last results of a run, or of a burst, are durable at once; nor when the queue ran dry
+        and says a commit can give it more (`grows_on_complete`: a crawl's children become
+        claimable once their parent's batch is committed), so idle workers get them at once.
 
         While a batch lingers, workers wake the committer only when it must go (full, or the
         last unit in flight finished), not once per result: one timer per batch."""
@@ -364,7 +374,7 @@ class WorkLoop(Generic[U, R]):
                 self._arrived.clear()
                 await self._arrived.wait()
                 continue
-            if linger > 0 and len(self._results) < size and not self._nothing_in_flight():
+            if linger > 0 and len(self._results) < size and not self._no_company():
                 self._arrived.clear()
                 self._lingering = True
                 try:
@@ -377,10 +387,13 @@ class WorkLoop(Generic[U, R]):
             batch = [results.popleft() for _ in range(min(size, len(results)))]
             await self._commit(batch)
 
-    def _nothing_in_flight(self) -> bool:
-        """No claimed unit is waiting for a worker or being processed: no result can join
-        a batch until something more is claimed."""
-        return self._workers_done or self._outstanding == self._uncommitted
+    def _no_company(self) -> bool:
+        """A lingering batch would wait for nothing: no claimed unit is waiting for a worker
+        or being processed (no result can join it until something more is claimed), or the
+        queue ran dry and its own commit is what may give the idle workers more to do."""
+        if self._workers_done or self._outstanding == self._uncommitted:
+            return True
+        return self._grows and self._drained and self._todo.empty()
 
     async def _commit(self, batch: list[R]) -> None:
         await self.queue.complete(batch)
