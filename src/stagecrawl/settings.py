@@ -175,8 +175,9 @@ class Settings:
         maximum=10_000,
     )
     commit_linger: float = _s(
-        0.0,
-        "collect: seconds a partial batch may wait for more crates before it is written",
+        0.05,
+        "seconds a partial batch may wait for more results before it is written (never"
+        " while nothing else is in flight)",
         flag=None,
         minimum=0,
         maximum=3600,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Sequence
 
 import pytest
@@ -53,6 +54,67 @@ async def test_every_unit_is_completed_once_in_group_commits() -> None:
     assert sorted(done) == list(range(200)) and stats.completed == 200
     assert len(queue.batches) < 100  # grouped while commits ran, not one per result
     assert max(len(b) for b in queue.batches) <= 32
+
+
+class GrowingQueue(RecordingQueue):
+    """A crawl's frontier in miniature: completing unit u makes u + 10 claimable (its child,
+    found by processing u), up to `last`; nothing else is known until a commit."""
+
+    def __init__(self, last: int) -> None:
+        super().__init__(10)
+        self.last = last
+
+    async def complete(self, results: Sequence[int]) -> None:
+        await super().complete(results)
+        self.todo += [u + 10 for u in results if u + 10 <= self.last]
+
+
+async def test_a_lingering_batch_is_committed_at_once_when_nothing_else_is_in_flight() -> None:
+    """A partial batch waits for company only while some can come: once every claimed unit
+    is processed, it is committed at once, so a run's last results are durable without the
+    linger, and a crawl whose children are claimable only after the commit goes on at once
+    instead of idling a linger per generation (here an hour: the run would hang)."""
+    queue = GrowingQueue(last=59)  # six generations of ten
+
+    async def process(unit: int) -> int:
+        await asyncio.sleep(0.001)
+        return unit
+
+    settings = LoopSettings(concurrency=4, commit_batch=1000, commit_linger=3600.0)
+    async with asyncio.timeout(60):  # fails the test instead of hanging it on old code
+        stats = await WorkLoop(queue, process, settings).run()
+    done = [u for batch in queue.batches for u in batch]
+    assert sorted(done) == list(range(60)) and stats.completed == 60
+    assert len(queue.batches) < 60  # they still lingered for each other meanwhile
+
+
+class FrontierLike(GrowingQueue):
+    grows_on_complete = True  # as FrontierQueue: a commit can make more work claimable
+
+
+async def test_workers_starved_by_a_lingering_batch_get_its_children_at_once() -> None:
+    """The queue ran dry while unit 0 is still in flight: the lingering batch holding unit 1
+    is what makes unit 11 (its child) claimable, so it is committed at once instead of when
+    unit 0 finishes or the linger (an hour) ends. Unit 0 waits for unit 11 (at most 60 s,
+    so the old code fails instead of hanging)."""
+    queue = FrontierLike(last=19)
+    child_done = asyncio.Event()
+    finished: list[int] = []
+
+    async def process(unit: int) -> int:
+        if unit == 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(60):
+                    await child_done.wait()
+        if unit == 11:
+            child_done.set()
+        finished.append(unit)
+        return unit
+
+    settings = LoopSettings(concurrency=16, commit_batch=1000, commit_linger=3600.0)
+    stats = await WorkLoop(queue, process, settings).run()
+    assert stats.completed == 20
+    assert finished.index(11) < finished.index(0)  # the child did not wait for the straggler
 
 
 async def test_a_stop_gives_back_unstarted_and_late_units_and_keeps_finished_ones() -> None:

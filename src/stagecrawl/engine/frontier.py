@@ -287,6 +287,9 @@ class FrontierQueue:
     one sink write + flush, then one frontier transaction (items are durable before their
     request is marked done; sinks upsert by key, so a redone request writes the same item)."""
 
+    # Committing a batch adds the children its requests found: claimable work (work.py).
+    grows_on_complete = True
+
     def __init__(self, frontier: Frontier, sink: Sink, read_ahead: int = 512) -> None:
         self.frontier = frontier
         self.sink = sink

@@ -67,6 +67,12 @@ class WorkQueue(Protocol[U, R_contra]):
         ...
 
 
+# A queue whose `complete` can make more work claimable (a crawl's frontier: the children
+# found in a batch are claimable once it is committed) says so with a true class attribute
+# `grows_on_complete`; the loop then does not hold a batch open while its workers starve.
+GROWS_ON_COMPLETE = "grows_on_complete"
+
+
 @dataclass
 class LoopSettings:
     """Work-loop settings; the defaults of those in the settings table come from it."""
@@ -157,7 +163,9 @@ class WorkLoop(Generic[U, R]):
         self.stats = LoopStats()
         self._todo: asyncio.Queue[U | None] = asyncio.Queue()
         self._results: deque[R] = deque()
-        self._arrived = asyncio.Event()  # a result was added, or the workers are done
+        # A result was added (one the lingering committer must see), or the workers are done.
+        self._arrived = asyncio.Event()
+        self._lingering = False  # the committer holds a partial batch open for company
         # There may be room to claim: a commit, a wake(), or the ready units ran out.
         self._room = asyncio.Event()
         self._workers_done = False
@@ -167,6 +175,7 @@ class WorkLoop(Generic[U, R]):
         self._in_worker: dict[int, U] = {}
         self._committer_task: asyncio.Task[None]
         self._failure: BaseException | None = None  # what `process` raised: it ends the run
+        self._grows = bool(getattr(queue, GROWS_ON_COMPLETE, False))
 
     @property
     def idle(self) -> bool:
@@ -253,6 +262,8 @@ class WorkLoop(Generic[U, R]):
                 if units:  # a stop (or a failure) came while claiming: straight back
                     await self.queue.release(list(units))
                     return
+                if self._lingering and self._no_company():
+                    self._arrived.set()  # ran dry: what lingers may hold the next work
             if self._outstanding == 0 and await self.queue.is_finished():
                 return
             # Wait for room (the workers used up the ready units, or a commit made some and
@@ -299,6 +310,8 @@ class WorkLoop(Generic[U, R]):
         await self.queue.release(units)
         self._outstanding -= len(units)
         self.stats.released += len(units)
+        if self._lingering and self._no_company():
+            self._arrived.set()  # what lingers can have no more company: commit it now
 
     async def _worker(self, number: int) -> None:
         while True:
@@ -332,44 +345,55 @@ class WorkLoop(Generic[U, R]):
             self._in_worker.pop(number, None)
             self._results.append(result)
             self._uncommitted += 1
-            self._arrived.set()
+            if (
+                not self._lingering
+                or len(self._results) >= self.settings.commit_batch
+                or self._no_company()
+            ):
+                self._arrived.set()
             if self._todo.empty() and not self._drained:
                 self._room.set()  # the ready units are used up: the feeder claims more
 
     async def _committer(self) -> None:
         """Group commit: take every result that is waiting (up to `commit_batch`) and commit
         them together; results that arrive while a commit runs form the next batch. A partial
-        batch waits at most `commit_linger` for company, so progress stays live."""
+        batch waits at most `commit_linger` for company, and not at all when none can come:
+        nothing is left in flight (the queue ran dry, the run or a stop is ending), so the
+        last results of a run, or of a burst, are durable at once; nor when the queue ran dry
+        and says a commit can give it more (`grows_on_complete`: a crawl's children become
+        claimable once their parent's batch is committed), so idle workers get them at once.
+
+        While a batch lingers, workers wake the committer only when it must go (full, or the
+        last unit in flight finished), not once per result: one timer per batch."""
         settings = self.settings
-        linger = settings.commit_linger
-        batch: list[R] = []
-        opened = 0.0
+        size, linger = settings.commit_batch, settings.commit_linger
         while True:
-            if self._results and not batch and linger > 0:
-                opened = time.monotonic()  # one clock read per batch, and none without linger
-            while self._results and len(batch) < settings.commit_batch:
-                batch.append(self._results.popleft())
-            done = self._workers_done and not self._results
-            if batch and (
-                done
-                or len(batch) >= settings.commit_batch
-                or linger <= 0
-                or time.monotonic() - opened >= linger
-            ):
-                await self._commit(batch)
-                batch = []
-                continue
-            if done:
-                return
-            self._arrived.clear()
-            if self._results or self._workers_done:
-                continue
-            if batch:
-                remaining = settings.commit_linger - (time.monotonic() - opened)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._arrived.wait(), max(0.0, remaining))
-            else:
+            if not self._results:
+                if self._workers_done:
+                    return
+                self._arrived.clear()
                 await self._arrived.wait()
+                continue
+            if linger > 0 and len(self._results) < size and not self._no_company():
+                self._arrived.clear()
+                self._lingering = True
+                try:
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(linger):
+                            await self._arrived.wait()
+                finally:
+                    self._lingering = False
+            results = self._results
+            batch = [results.popleft() for _ in range(min(size, len(results)))]
+            await self._commit(batch)
+
+    def _no_company(self) -> bool:
+        """A lingering batch would wait for nothing: no claimed unit is waiting for a worker
+        or being processed (no result can join it until something more is claimed), or the
+        queue ran dry and its own commit is what may give the idle workers more to do."""
+        if self._workers_done or self._outstanding == self._uncommitted:
+            return True
+        return self._grows and self._drained and self._todo.empty()
 
     async def _commit(self, batch: list[R]) -> None:
         await self.queue.complete(batch)
