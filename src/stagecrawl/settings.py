@@ -190,6 +190,15 @@ class Settings:
         above=True,
         maximum=DAY,
     )
+    malloc_arenas: int = _s(
+        1,
+        "glibc malloc arenas the process may use (0: glibc's own bound, 8 a core): each thread"
+        " that allocates gets an arena that keeps what it frees, so a crawl's peak RSS grew"
+        " with its length; ignored where malloc is not glibc's",
+        flag=None,
+        minimum=0,
+        maximum=64,
+    )
     timeout: float = _s(
         15.0,
         "connect and per-read timeout, seconds",
