@@ -15,7 +15,20 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Select, and_, false, func, literal, or_, select, true, update
+from sqlalchemy import (
+    Connection,
+    Select,
+    and_,
+    bindparam,
+    false,
+    func,
+    literal,
+    or_,
+    select,
+    true,
+    union,
+    update,
+)
 from sqlalchemy.sql.elements import ColumnElement
 
 from stagecrawl.queue.ladder import ThisRun
@@ -69,6 +82,8 @@ class SqlQueue:
         self.spec = spec
         self.table = spec.table
         self.codes = spec.codes
+        # SQLite's claim reads, built once per shape (see `_claim_reads`)
+        self._claim_reads: dict[tuple[bool, bool, bool], Select[Any]] = {}
 
     def _c(self, name: str) -> ColumnElement[Any]:
         return self.table.c[name]
@@ -155,10 +170,12 @@ class SqlQueue:
 
         def work(conn: Connection) -> Sequence[Any]:
             excluded = _snapshot(exclude)
-            claimable = self._claimable(now, excluded)
-            arms = self._arm_conditions(now, excluded)
-            pick = self._pick_sqlite if self.db.is_sqlite else self._pick_locking
-            rows = pick(conn, claimable, arms, groups, max_rows, after)
+            if self.db.is_sqlite:
+                rows = self._pick_sqlite(conn, now, excluded, groups, max_rows, after)
+            else:
+                claimable = self._claimable(now, excluded)
+                arms = self._arm_conditions(now, excluded)
+                rows = self._pick_locking(conn, claimable, arms, groups, max_rows, after)
             if exclude:
                 rows = [r for r in rows if r[1] not in exclude]
             if rows:
@@ -219,46 +236,90 @@ class SqlQueue:
     def _pick_sqlite(
         self,
         conn: Connection,
-        claimable: ColumnElement[bool],
-        arms: Sequence[ColumnElement[bool]],
+        now: datetime,
+        excluded: list[str],
         groups: int,
         max_rows: int | None,
         after: str | None,
     ) -> Sequence[Any]:
-        """One writer, under the write lock: the first groups in order (read as keys only, the
-        first `groups` of each arm), then every claimable row of them."""
-        group = self._c(self.spec.group)
-        parts = self._read_arms(
-            conn,
-            lambda arm: select(group).where(arm).distinct().order_by(group).limit(groups),
-            arms,
-            after,
-        )
-        found = [[r[0] for r in part] for part in parts if part]
-        if not found:
-            return []
-        names = found[0]
-        if len(found) > 1:
-            # The first `groups` of all arms, in the database's order (its collation, which
-            # Python's sort does not know); each is among the first `groups` of its own arm.
-            candidates = sorted({n for part in found for n in part})
-            names = list(
-                conn.execute(
-                    select(group)
-                    .where(group.in_(candidates))
-                    .distinct()
-                    .order_by(group)
-                    .limit(groups)
-                ).scalars()
+        """One writer, under the write lock: every claimable row of the first `groups` groups
+        in order from `after` (from the first group when none is claimable from there on), in
+        one statement (`_claim_reads`)."""
+        values: dict[str, Any] = {"claim_now": now, "claim_groups": groups}
+        if excluded:
+            values["claim_exclude"] = excluded
+        if max_rows is not None:
+            values["claim_rows"] = max_rows
+        for start in [after, None] if after else [None]:
+            query = self._claim_read(start is not None, bool(excluded), max_rows is not None)
+            if start is not None:
+                values["claim_after"] = start
+            rows = conn.execute(query, values).all()
+            if rows:
+                return rows
+        return []
+
+    def _claim_read(self, after: bool, exclude: bool, max_rows: bool) -> Select[Any]:
+        """SQLite's claim read, built once per shape and then only bound (building and
+        compiling it again for every claim cost more than running it):
+
+            SELECT <row> FROM t WHERE <claimable> AND grp IN (
+                SELECT grp FROM (SELECT DISTINCT grp FROM t WHERE <arm 1> [AND grp >= :after]
+                                 ORDER BY grp LIMIT :groups)
+                UNION … one such window per arm (`_arms`: each read through its own index)
+                ORDER BY grp LIMIT :groups)
+            ORDER BY grp, id [LIMIT :rows]
+
+        The windows' union ordered by the database (its collation) is the first `groups`
+        groups of all arms, each among the first `groups` of its own arm."""
+        shape = (after, exclude, max_rows)
+        query = self._claim_reads.get(shape)
+        if query is not None:
+            return query
+        s = self.spec
+        group, key = self._c(s.group), self._c(s.id)
+        now = bindparam("claim_now")
+        kept_out = bindparam("claim_exclude", expanding=True) if exclude else None
+
+        def claimable(wanted: ColumnElement[bool]) -> ColumnElement[bool]:
+            condition = wanted
+            if s.not_before is not None:
+                not_before = self._c(s.not_before)
+                condition = and_(condition, or_(not_before.is_(None), not_before <= now))
+            if s.leased:
+                assert s.until is not None
+                until = self._c(s.until)
+                condition = and_(condition, or_(until.is_(None), until < now))
+            if kept_out is not None:
+                condition = and_(condition, group.not_in(kept_out))
+            return condition
+
+        arms = self._arms() if s.indexed_claims else [self._wanted()]
+        windows = []
+        for arm in arms:
+            condition = claimable(arm)
+            if after:
+                condition = and_(condition, group >= bindparam("claim_after"))
+            window = (
+                select(group)
+                .where(condition)
+                .distinct()
+                .order_by(group)
+                .limit(bindparam("claim_groups"))
+                .subquery()
             )
+            windows.append(select(window.c[0]))
+        first = union(*windows).subquery() if len(windows) > 1 else windows[0].subquery()
+        names = select(first.c[0]).order_by(first.c[0]).limit(bindparam("claim_groups"))
         query = (
             select(*self._columns())
-            .where(claimable, group.in_(names))
-            .order_by(group, self._c(self.spec.id))
+            .where(claimable(self._wanted()), group.in_(names))
+            .order_by(group, key)
         )
-        if max_rows is not None:
-            query = query.limit(max_rows)
-        return conn.execute(query).all()
+        if max_rows:
+            query = query.limit(bindparam("claim_rows"))
+        self._claim_reads[shape] = query
+        return query
 
     def _pick_locking(
         self,
