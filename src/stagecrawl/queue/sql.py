@@ -29,7 +29,7 @@ from sqlalchemy import (
     union,
     update,
 )
-from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.elements import BindParameter, ColumnElement
 
 from stagecrawl.queue.ladder import ThisRun
 from stagecrawl.queue.table import Claimed, Outcome, QueueTable, utcnow
@@ -278,8 +278,10 @@ class SqlQueue:
             return query
         s = self.spec
         group, key = self._c(s.group), self._c(s.id)
-        now = bindparam("claim_now")
-        kept_out = bindparam("claim_exclude", expanding=True) if exclude else None
+        now: BindParameter[Any] = bindparam("claim_now")
+        kept_out: BindParameter[Any] | None = (
+            bindparam("claim_exclude", expanding=True) if exclude else None
+        )
 
         def claimable(wanted: ColumnElement[bool]) -> ColumnElement[bool]:
             condition = wanted
@@ -295,7 +297,7 @@ class SqlQueue:
             return condition
 
         arms = self._arms() if s.indexed_claims else [self._wanted()]
-        windows = []
+        windows: list[Select[Any]] = []
         for arm in arms:
             condition = claimable(arm)
             if after:
