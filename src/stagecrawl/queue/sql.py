@@ -13,6 +13,7 @@ from collections import defaultdict
 from collections.abc import Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from sqlalchemy import (
@@ -33,6 +34,7 @@ from sqlalchemy.sql.elements import BindParameter, ColumnElement
 
 from stagecrawl.queue.ladder import ThisRun
 from stagecrawl.queue.table import Claimed, Outcome, QueueTable, utcnow
+from stagecrawl.storage.bulk import KEYS, execute_keyed
 from stagecrawl.storage.db import Database, in_values
 
 # Rows per `UPDATE … WHERE id IN (…)` (within every backend's bound on parameters).
@@ -162,34 +164,56 @@ class SqlQueue:
         from there on, the search starts again from the first group. `exclude` (the groups
         that failed in this run, `ThisRun`) is read once the transaction has begun, and again
         after the rows are read: a failure written meanwhile keeps its group out."""
+
+        def work(conn: Connection) -> list[Claimed]:
+            return self.claim_on(conn, worker, groups, lease_seconds, exclude, max_rows, after)
+
+        return self.db.transaction(work)
+
+    def claim_on(
+        self,
+        conn: Connection,
+        worker: str,
+        groups: int,
+        lease_seconds: float,
+        exclude: Collection[str] | None = None,
+        max_rows: int | None = None,
+        after: str | None = None,
+    ) -> list[Claimed]:
+        """`claim` inside the caller's writing transaction (leased when it commits)."""
         s = self.spec
         assert s.holder and s.until, f"{self.table.name} has no lease columns"
-        holder, lease_end = s.holder, s.until
         now = utcnow()
         until = now + timedelta(seconds=lease_seconds)
+        excluded = _snapshot(exclude)
+        if self.db.is_sqlite:
+            rows = self._pick_sqlite(conn, now, excluded, groups, max_rows, after)
+        else:
+            claimable = self._claimable(now, excluded)
+            arms = self._arm_conditions(now, excluded)
+            rows = self._pick_locking(conn, claimable, arms, groups, max_rows, after)
+        if exclude:
+            rows = [r for r in rows if r[1] not in exclude]
+        if rows:
+            values: dict[str, Any] = {s.holder: worker, s.until: until}
+            if s.claimed_at:
+                values[s.claimed_at] = now
+            shape = ("lease", self.table, tuple(values))
+            bound = {f"v_{k}": v for k, v in values.items()}
+            keys = [r[0] for r in rows]
+            for start in range(0, len(keys), IN_CHUNK):
+                chunk = keys[start : start + IN_CHUNK]
+                execute_keyed(conn, shape, lambda: self._set_keyed(values), chunk, bound)
+        return self._claimed(rows)
 
-        def work(conn: Connection) -> Sequence[Any]:
-            excluded = _snapshot(exclude)
-            if self.db.is_sqlite:
-                rows = self._pick_sqlite(conn, now, excluded, groups, max_rows, after)
-            else:
-                claimable = self._claimable(now, excluded)
-                arms = self._arm_conditions(now, excluded)
-                rows = self._pick_locking(conn, claimable, arms, groups, max_rows, after)
-            if exclude:
-                rows = [r for r in rows if r[1] not in exclude]
-            if rows:
-                values: dict[str, Any] = {holder: worker, lease_end: until}
-                if s.claimed_at:
-                    values[s.claimed_at] = now
-                conn.execute(
-                    update(self.table)
-                    .where(in_values(self._c(s.id), [r[0] for r in rows]))
-                    .values(values)
-                )
-            return rows
-
-        return self._claimed(self.db.transaction(work))
+    def _set_keyed(self, values: dict[str, Any]) -> Any:
+        """UPDATE of the rows whose ids are `KEYS` (`execute_keyed`), each column of `values`
+        from its bind `v_<column>`."""
+        return (
+            update(self.table)
+            .where(self._c(self.spec.id).in_(bindparam(KEYS, expanding=True)))
+            .values({k: bindparam(f"v_{k}") for k in values})
+        )
 
     def peek(self, limit: int, exclude: Collection[str] | None = None) -> list[Claimed]:
         """The first `limit` claimable rows in group order, read without a lease (a queue
@@ -529,14 +553,23 @@ class SqlQueue:
         assert s.holder and s.until
         if not ids:
             return set()
-        query = select(self._c(s.id)).where(
-            in_values(self._c(s.id), list(ids)),
-            self._c(s.holder) == literal(worker),
-            self._c(s.until) >= literal(utcnow()),
-        )
-        if not self.db.is_sqlite:
-            query = query.with_for_update()
-        return set(conn.execute(query).scalars().all())
+
+        holder, until = self._c(s.holder), self._c(s.until)
+
+        def build() -> Select[Any]:
+            query = select(self._c(s.id)).where(
+                self._c(s.id).in_(bindparam(KEYS, expanding=True)),
+                holder == bindparam("h_worker"),
+                until >= bindparam("h_now"),
+            )
+            return query if self.db.is_sqlite else query.with_for_update()
+
+        values = {"h_worker": worker, "h_now": utcnow()}
+        held: set[Hashable] = set()
+        for start in range(0, len(ids), IN_CHUNK):
+            chunk = ids[start : start + IN_CHUNK]
+            held.update(execute_keyed(conn, ("held", self.table), build, chunk, values).scalars())
+        return held
 
     def finish(self, conn: Connection, outcomes: Sequence[Outcome]) -> None:
         """Record outcomes (inside the caller's transaction): the state, the reason, the
@@ -563,12 +596,11 @@ class SqlQueue:
             if s.holder and s.until:
                 values.update(self._no_lease())
             values.update(extra)
+            shape = ("finish", self.table, tuple(values))
+            bound = {f"v_{k}": v for k, v in values.items()}
             for start in range(0, len(same_ids), IN_CHUNK):
-                conn.execute(
-                    update(self.table)
-                    .where(in_values(self._c(s.id), same_ids[start : start + IN_CHUNK]))
-                    .values(values)
-                )
+                chunk = same_ids[start : start + IN_CHUNK]
+                execute_keyed(conn, shape, partial(self._set_keyed, values), chunk, bound)
 
     # -- reading ----------------------------------------------------------------------------
     def pending_count(self) -> int:
