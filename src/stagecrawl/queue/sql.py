@@ -34,8 +34,8 @@ from sqlalchemy.sql.elements import BindParameter, ColumnElement
 
 from stagecrawl.queue.ladder import ThisRun
 from stagecrawl.queue.table import Claimed, Outcome, QueueTable, utcnow
-from stagecrawl.storage.bulk import KEYS, execute_keyed
-from stagecrawl.storage.db import Database, in_values
+from stagecrawl.storage.bulk import execute_keyed
+from stagecrawl.storage.db import Database, in_keys, in_values
 
 # Rows per `UPDATE … WHERE id IN (…)` (within every backend's bound on parameters).
 IN_CHUNK = 1000
@@ -211,7 +211,7 @@ class SqlQueue:
         from its bind `v_<column>`."""
         return (
             update(self.table)
-            .where(self._c(self.spec.id).in_(bindparam(KEYS, expanding=True)))
+            .where(in_keys(self._c(self.spec.id)))
             .values({k: bindparam(f"v_{k}") for k in values})
         )
 
@@ -558,7 +558,7 @@ class SqlQueue:
 
         def build() -> Select[Any]:
             query = select(self._c(s.id)).where(
-                self._c(s.id).in_(bindparam(KEYS, expanding=True)),
+                in_keys(self._c(s.id)),
                 holder == bindparam("h_worker"),
                 until >= bindparam("h_now"),
             )

@@ -34,6 +34,7 @@ from sqlalchemy.sql.expression import Executable
 from sqlalchemy.types import TypeEngine
 
 from stagecrawl.errors import StorageError
+from stagecrawl.storage.db import KEYS
 
 Processor = Callable[[Any], Any]
 _NOTHING: Any = object()
@@ -306,7 +307,6 @@ def upsert(
 
 
 # -- statements over a list of keys ------------------------------------------------------------
-KEYS = "keys"  # the expanding bind of a keyed statement: `column IN (…)`
 
 
 @dataclass(frozen=True)
@@ -333,7 +333,7 @@ def execute_keyed(
     keys: Sequence[Any],
     values: Mapping[str, Any],
 ) -> Any:
-    """Run the statement `build()` (a `column IN (bindparam(KEYS, expanding=True))` and
+    """Run the statement `build()` (a `storage.db.in_keys(column)` and
     other named binds given in `values`), for `keys`, and return its result. On SQLite it is
     compiled once per `shape` and sent as its own SQL text with one placeholder a key: the
     keys bound as they are (bytes, str, int need no conversion), the other binds by their

@@ -839,6 +839,17 @@ def in_values(column: ColumnElement[Any], values: Sequence[Any]) -> ColumnElemen
     )
 
 
+# The expanding bind of a statement built once and given its keys at each run
+# (storage.bulk.execute_keyed).
+KEYS = "keys"
+
+
+def in_keys(column: ColumnElement[Any]) -> ColumnElement[bool]:
+    """`column IN (:keys)`, the keys handed to the driver as they are (see `in_values`), for
+    a statement built once (`storage.bulk.execute_keyed`)."""
+    return column.in_(bindparam(KEYS, expanding=True, type_=_AsIs()))
+
+
 # Errors that roll back a whole transaction because of another one, and say so: MySQL/MariaDB
 # deadlock (1213) and lock wait timeout (1205); PostgreSQL deadlock and serialization failure.
 _CONFLICT_CODES = {1213, 1205}
