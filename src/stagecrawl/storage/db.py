@@ -92,7 +92,12 @@ def dumps(value: Any) -> str | None:
     """Canonical compact JSON for JSON columns (None stays NULL)."""
     if value is None:
         return None
+    if not value and type(value) in _EMPTY:  # most versions' features, many dependencies
+        return _EMPTY[type(value)]
     return _ENCODER.encode(value)
+
+
+_EMPTY: dict[type, str] = {list: "[]", dict: "{}", tuple: "[]"}
 
 
 @dataclass(frozen=True)
