@@ -190,6 +190,15 @@ class Settings:
         above=True,
         maximum=DAY,
     )
+    sqlite_memory_mb: float = _s(
+        4.0,
+        "SQLite: memory the process's connections may use together, MiB, past which their page"
+        " caches reuse pages (PRAGMA soft_heap_limit; 0: no bound): each connection's cache"
+        " filled as the database grew, so a crawl's peak RSS grew with its length",
+        flag=None,
+        minimum=0,
+        maximum=4096,
+    )
     malloc_arenas: int = _s(
         1,
         "glibc malloc arenas the process may use (0: glibc's own bound, 8 a core): each thread"
