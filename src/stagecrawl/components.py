@@ -131,7 +131,13 @@ def effective(fetcher: Fetcher, loops: Mapping[str, LoopSettings]) -> dict[str, 
 
 def open_database(s: Settings, *, read_only: bool = False) -> Database:
     """The run's database (`db`), waiting out a server lost mid-run for up to
-    `outage_seconds`: the one way a command opens it, so that setting reaches every command."""
+    `outage_seconds`, SQLite's memory bounded by `sqlite_memory_mb`: the one way a command
+    opens it, so those settings reach every command."""
     from stagecrawl.storage.db import Database
 
-    return Database(s.db, read_only=read_only, outage_seconds=s.outage_seconds)
+    return Database(
+        s.db,
+        read_only=read_only,
+        outage_seconds=s.outage_seconds,
+        sqlite_memory_mb=s.sqlite_memory_mb,
+    )

@@ -191,6 +191,24 @@ class Settings:
         above=True,
         maximum=DAY,
     )
+    sqlite_memory_mb: float = _s(
+        4.0,
+        "SQLite: memory the process's connections may use together, MiB, past which their page"
+        " caches reuse pages (PRAGMA soft_heap_limit; 0: no bound): each connection's cache"
+        " filled as the database grew, so a crawl's peak RSS grew with its length",
+        flag=None,
+        minimum=0,
+        maximum=4096,
+    )
+    malloc_arenas: int = _s(
+        1,
+        "glibc malloc arenas the process may use (0: glibc's own bound, 8 a core): each thread"
+        " that allocates gets an arena that keeps what it frees, so a crawl's peak RSS grew"
+        " with its length; ignored where malloc is not glibc's",
+        flag=None,
+        minimum=0,
+        maximum=64,
+    )
     timeout: float = _s(
         15.0,
         "connect and per-read timeout, seconds",

@@ -205,6 +205,65 @@ def test_a_run_does_not_retry_what_failed_in_it_and_gives_every_lease_back(
     assert states(queue)["b-0"][0] == 31
 
 
+def test_a_stopped_run_gives_back_what_its_commits_claimed_ahead_and_the_next_run_ends_it(
+    queue: SqlQueue,
+) -> None:
+    """On SQLite a commit also tops the read-ahead up (in its transaction, holding the write
+    lock); a stop ends that, and whatever was claimed ahead goes back at close: no lease is
+    left, and every group is done exactly once over the two runs."""
+    now, table = utcnow(), queue.table
+    more = [
+        {"JOB": f"g{g:02d}-{n}", "BATCH": f"g{g:02d}", "STEP": 0, "CHANGED": now}
+        for g in range(30)
+        for n in range(2)
+    ]
+    queue.db.transaction(lambda conn: conn.execute(table.insert(), more))
+    done: list[str] = []
+    Result = list[Claimed]
+
+    class Jobs(Handler[Result]):
+        def outcomes(self, result: Result) -> Sequence[Outcome]:
+            return [Outcome(row, 1) for row in result]
+
+    given_back: list[int] = []
+
+    async def main(stop_after: int | None) -> None:
+        loop_settings = LoopSettings(concurrency=1, commit_batch=1, grace_period=5)
+        loop: WorkLoop[list[Claimed], Result]
+        run: QueueRun[Result] = QueueRun(
+            queue,
+            Jobs(),
+            "w",
+            RunSettings(lease_seconds=600, claim_batch=2),
+            stopping=lambda: loop.stop.requested,
+        )
+
+        async def work(unit: list[Claimed]) -> Result:
+            done.append(unit[0].group)
+            if stop_after is not None and len(done) >= stop_after and not loop.stop.requested:
+                loop.stop.request()  # once: a second request is the "exit now" one
+            await asyncio.sleep(0)
+            return unit
+
+        loop = WorkLoop(run, work, loop_settings)
+        await run.open()
+        try:
+            await loop.run()
+        finally:
+            await run.close()
+        given_back.append(run.released_rows)
+        assert all(owner is None for _, _, owner in states(queue).values())  # all given back
+
+    asyncio.run(main(stop_after=9))
+    first = len(done)
+    assert 9 <= first < 33
+    if queue.db.is_sqlite:  # what the commits claimed ahead was there at the stop
+        assert given_back[0] > 0
+    asyncio.run(main(stop_after=None))
+    assert sorted(done) == sorted({*"abc", *(f"g{g:02d}" for g in range(30))})  # once each
+    assert {v[0] for v in states(queue).values()} == {1}
+
+
 @pytest.fixture(params=BACKENDS)
 def indexed_queue(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlQueue]:
     db = Database(backend_url(request.param, tmp_path), create=False)

@@ -115,8 +115,13 @@ FormatOption = Annotated[
 
 def settings_from(options: Mapping[str, Any]) -> Settings:
     """Resolve the run's settings from a command's options (its `locals()`: those that are
-    settings), then the environment, then the defaults."""
-    return Settings.resolve({k: v for k, v in options.items() if k in BY_NAME})
+    settings), then the environment, then the defaults. The process's malloc is bounded
+    here (`malloc_arenas`): every command resolves its settings before it starts a thread."""
+    from stagecrawl.engine.memory import bound_malloc_arenas
+
+    settings = Settings.resolve({k: v for k, v in options.items() if k in BY_NAME})
+    bound_malloc_arenas(settings.malloc_arenas)
+    return settings
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:

@@ -34,6 +34,7 @@ from stagecrawl.crates.queue import (
     NewEvent,
     Outcome,
     RegisterCounts,
+    event_list,
     next_failure_state,
     register,
     seed_queue,
@@ -156,8 +157,12 @@ def add_seeds(db: Database, names: Sequence[str], resync: bool = False) -> int:
 
 class SeedHandler(Handler[SeedResult]):
     """What seeding tells the generic queue: a name's new state (and how many versions the
-    index listed), the LIST events it found (registered before the state is written, in
-    their own transactions: registering is idempotent), and the report."""
+    index listed), the LIST events it found, and the report. On SQLite the events are
+    registered in the transaction that writes the names' states (it holds the one write lock
+    from its start: one transaction a batch, not two, each waiting for the lock the collector
+    alongside takes too); elsewhere in their own transactions before it (another process may
+    register the same event meanwhile, and `register` then reads again and merges).
+    Registering is idempotent: a batch redone after a crash changes nothing twice."""
 
     def __init__(self, db: Database, report: SeedReport, resync_all: bool = False) -> None:
         self.db = db
@@ -167,6 +172,7 @@ class SeedHandler(Handler[SeedResult]):
         # versions in index files fetched and not yet registered and committed (what a
         # collector alongside does not know of yet: the seeder's backpressure counts it)
         self.in_hand = 0
+        self._written: RegisterCounts | None = None  # by `write`, counted once committed
 
     def outcomes(self, result: SeedResult) -> Sequence[Outcome]:
         if result.not_before is not None:
@@ -174,26 +180,49 @@ class SeedHandler(Handler[SeedResult]):
         versions = len(result.entry.versions) if result.entry else None
         return [Outcome(result.seed, result.state, result.error, (("VERSIONS", versions),))]
 
-    def prepare(self, results: Sequence[SeedResult]) -> None:
+    def _events(self, results: Sequence[SeedResult]) -> tuple[list[NewEvent], list[NewEvent]]:
+        """The events the index listed: (to register, to register asking a resync)."""
         events: list[NewEvent] = []
         resync: list[NewEvent] = []
         for result in results:
             if result.entry is None:
                 continue
             target = resync if (result.seed.requeue or self.resync_all) else events
-            target += [
-                NewEvent(result.entry.real_name, v.vers, "seed", yanked=v.yanked)
-                for v in result.entry.versions
-            ]
+            real, listed = result.entry.real_name, result.entry.versions
+            target += [NewEvent(real, v.vers, "seed", yanked=v.yanked) for v in listed]
+        return events, resync
+
+    def prepare(self, results: Sequence[SeedResult]) -> None:
+        if self.db.is_sqlite:
+            return  # registered in the finishing transaction (`write`)
+        events, resync = self._events(results)
         counts = RegisterCounts()
         if events:
             counts.add(register(self.db, events))
         if resync:
             counts.add(register(self.db, resync, resync=True))
+        self._count(counts)
+
+    def write(self, conn: Connection, results: Sequence[SeedResult]) -> None:
+        if not self.db.is_sqlite:
+            return  # registered before (`prepare`)
+        events, resync = self._events(results)
+        queue = event_list(self.db)
+        counts = RegisterCounts()
+        if events:
+            counts.add(queue.register_on(conn, events))
+        if resync:
+            counts.add(queue.register_on(conn, resync, resync=True))
+        self._written = counts
+
+    def _count(self, counts: RegisterCounts) -> None:
         self.report.counts.add(counts)
         self.registered += counts.new + counts.requeued
 
     def finished(self, results: Sequence[SeedResult], kept: Sequence[bool]) -> None:
+        if self._written is not None:  # committed with the names' states
+            self._count(self._written)
+            self._written = None
         report = self.report
         for r in results:
             if r.entry is not None:

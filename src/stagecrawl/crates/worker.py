@@ -180,6 +180,7 @@ def crates_queue(
     settings: CollectSettings,
     summary: CollectSummary,
     more_coming: Callable[[], bool] = lambda: False,
+    stopping: Callable[[], bool] | None = None,
 ) -> QueueRun[CrateResult]:
     """The LIST behind the work-loop contract, for one worker: one claim transaction per
     `claim_crates` crates (the concurrency by default) rather than one per finished crate,
@@ -198,6 +199,7 @@ def crates_queue(
             limit=settings.limit,
         ),
         more_coming,
+        stopping,
     )
 
 
@@ -227,7 +229,14 @@ class Collector:
         self.worker = worker or worker_id()
         self.summary = CollectSummary()
         self.stop = stop or GracefulStop("crates in progress")
-        self.queue = crates_queue(db, self.worker, self.settings, self.summary, more_coming)
+        self.queue = crates_queue(
+            db,
+            self.worker,
+            self.settings,
+            self.summary,
+            more_coming,
+            stopping=lambda: self.stop.requested,
+        )
         self.handler = cast(CratesHandler, self.queue.handler)
         s = self.settings
         self.loop = WorkLoop(

@@ -462,6 +462,7 @@ class Collector:
                 limit=s.limit,
             ),
             more_coming,
+            stopping=lambda: stop.requested,
         )
         self.loop = WorkLoop(
             self.queue,

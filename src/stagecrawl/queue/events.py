@@ -115,6 +115,8 @@ READ_CHUNK = 10_000
 
 
 def _tags_json(tags: Iterable[str]) -> str:
+    if not tags:  # most events have none (every seeded one): no set, no sort
+        return "[]"
     unique = sorted(set(tags))
     # most events have no tags: no encoder call
     return json.dumps(unique, separators=(",", ":"), ensure_ascii=False) if unique else "[]"
@@ -149,16 +151,7 @@ class EventList:
     def register(self, events: Iterable[NewEvent], resync: bool = False) -> RegisterCounts:
         """Idempotent upsert of events: merges SOURCE and REF_TAGS, refreshes YANKED, and never
         resets a finished event unless `resync`."""
-        by_id: dict[bytes, NewEvent] = {}
-        for ev in events:
-            key = self.event_key(ev.name, ev.version)
-            if key in by_id:  # same event twice in one call: merge its tags
-                prev = by_id[key]
-                tags = sorted(set(prev.ref_tags) | set(ev.ref_tags))
-                ev = NewEvent(
-                    prev.name, prev.version, prev.source, ev.yanked, prev.resolve_kind, tuple(tags)
-                )
-            by_id[key] = ev
+        by_id = self._by_id(events)
         counts = RegisterCounts()
         ids = list(by_id)
         for start in range(0, len(ids), REGISTER_CHUNK):
@@ -174,6 +167,35 @@ class EventList:
                 # insert: read again, and this time they are merged as existing rows.
                 counts.add(self.db.transaction(work))
         return counts
+
+    def register_on(
+        self, conn: Connection, events: Iterable[NewEvent], resync: bool = False
+    ) -> RegisterCounts:
+        """`register` inside the caller's transaction (all of it or nothing). Only where the
+        transaction holds the database's one write lock from its start (SQLite's BEGIN
+        IMMEDIATE): elsewhere another process may insert an event between the read and the
+        insert, and only `register`, in transactions of its own, reads again and merges."""
+        by_id = self._by_id(events)
+        counts = RegisterCounts()
+        ids = list(by_id)
+        for start in range(0, len(ids), REGISTER_CHUNK):
+            chunk = ids[start : start + REGISTER_CHUNK]
+            counts.add(self._register_chunk(conn, chunk, by_id, resync))
+        return counts
+
+    def _by_id(self, events: Iterable[NewEvent]) -> dict[bytes, NewEvent]:
+        """The events by row id; one event named twice is one, with both its tag lists."""
+        by_id: dict[bytes, NewEvent] = {}
+        for ev in events:
+            key = self.event_key(ev.name, ev.version)
+            if key in by_id:  # same event twice in one call: merge its tags
+                prev = by_id[key]
+                tags = sorted(set(prev.ref_tags) | set(ev.ref_tags))
+                ev = NewEvent(
+                    prev.name, prev.version, prev.source, ev.yanked, prev.resolve_kind, tuple(tags)
+                )
+            by_id[key] = ev
+        return by_id
 
     def _register_chunk(
         self, conn: Connection, chunk: list[bytes], by_id: dict[bytes, NewEvent], resync: bool

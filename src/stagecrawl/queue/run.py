@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -78,12 +79,23 @@ class QueueRun(Generic[R]):
         worker: str,
         settings: RunSettings | None = None,
         more_coming: Callable[[], bool] = lambda: False,
+        stopping: Callable[[], bool] | None = None,
     ) -> None:
+        """`stopping` says the run's stop was asked; given, a commit on SQLite tops the
+        read-ahead up until then (`_top_up_wanted`)."""
         self.queue = queue
         self.handler = handler
         self.worker = worker
         self.settings = settings or RunSettings()
         self.more_coming = more_coming
+        self.stopping = stopping
+        # One claim at a time tops up the read-ahead (a claim of the feeder's and one inside
+        # a commit may run in two threads at once): `_claimed_rows`, `_after` and `_ready`
+        # change together.
+        self._claiming = threading.Lock()
+        # Set while a commit that tops the read-ahead up runs: a claim waits for it rather
+        # than for the write lock it holds.
+        self._committing: asyncio.Future[None] | None = None
         self.this_run = ThisRun()  # failed or given back in this run: next try = next run
         self.leased = queue.spec.leased
         self.workers = Workers(queue.db)
@@ -210,6 +222,10 @@ class QueueRun(Generic[R]):
             units = await asyncio.to_thread(self._peek, limit, self._kept_out())
             self._held.update(unit[0].group for unit in units)
             return units
+        if len(self._ready) < limit and self._committing is not None:
+            # A commit in flight holds (or waits for) the write lock a claim would wait for,
+            # and tops the read-ahead up before it lets go of it (`_top_up_wanted`).
+            await asyncio.shield(self._committing)
         if len(self._ready) < limit:
             # Top up in bulk: the loop reads a short answer as "the queue ran short".
             wanted = max(limit - len(self._ready), self.settings.claim_batch)
@@ -230,19 +246,29 @@ class QueueRun(Generic[R]):
         return units
 
     def _claim_ahead(self, groups: int) -> None:
-        max_rows: int | None = None
-        if self.settings.limit is not None:
-            max_rows = self.settings.limit - self.claimed_rows
-            if max_rows <= 0:
+        with self._claiming:
+            max_rows = self._rows_left()
+            if max_rows is not None and max_rows <= 0:
                 return
-        rows = self.queue.claim(
-            self.worker,
-            groups,
-            self.settings.lease_seconds,
-            self.this_run,  # live: read inside the claim's transaction
-            max_rows,
-            self._after,
-        )
+            rows = self.queue.claim(
+                self.worker,
+                groups,
+                self.settings.lease_seconds,
+                self.this_run,  # live: read inside the claim's transaction
+                max_rows,
+                self._after,
+            )
+            self._take(rows)
+
+    def _rows_left(self) -> int | None:
+        """Rows this run may still claim (None: no limit)."""
+        if self.settings.limit is None:
+            return None
+        return self.settings.limit - self.claimed_rows
+
+    def _take(self, rows: Sequence[Claimed]) -> None:
+        """Claimed rows into the read-ahead (under `_claiming`), once the handler has read
+        what it reads for them."""
         if not rows:
             return
         self.claimed_rows += len(rows)
@@ -251,8 +277,34 @@ class QueueRun(Generic[R]):
         self.handler.claimed(units)
         self._ready.extend(units)
 
+    def _top_up_wanted(self) -> int:
+        """Groups to claim inside a commit's transaction, if any: on SQLite, where each
+        transaction waits for the database's one write lock, the read-ahead is topped up to
+        two claim batches by the commit that already holds it, so the feeder's claims (up to
+        the workers' room, often more than one batch) find their units ready instead of
+        waiting for the lock themselves, on the crawl's critical path. SQLite has one worker
+        (one collect a file): what it holds ahead keeps no other worker waiting, and what a
+        killed one held is taken back when the next run opens. Nothing after a stop, a
+        hold, or at the run's limit."""
+        if not (self.leased and self.queue.db.is_sqlite):
+            return 0
+        if self.stopping is None or self.stopping() or self.held_until is not None:
+            return 0
+        left = self._rows_left()
+        if left is not None and left <= 0:
+            return 0
+        return max(0, 2 * self.settings.claim_batch - len(self._ready))
+
     async def complete(self, results: Sequence[R]) -> None:
-        kept = await asyncio.to_thread(self._complete, results)
+        tops_up = self._top_up_wanted() > 0 or self._committing is not None
+        if tops_up:
+            self._committing = asyncio.get_running_loop().create_future()
+        try:
+            kept = await asyncio.to_thread(self._complete, results)
+        finally:
+            if tops_up and self._committing is not None:
+                self._committing.set_result(None)
+                self._committing = None
         for result in results:
             outcomes = self.handler.outcomes(result)
             if outcomes:
@@ -264,11 +316,37 @@ class QueueRun(Generic[R]):
         handler = self.handler
         handler.prepare(results)
         units = [handler.outcomes(r) for r in results]
+        # A claim already under way in another thread tops up the read-ahead itself: this
+        # commit does not wait for it (it holds the write lock that claim waits for).
+        topping = self._top_up_wanted() > 0 and self._claiming.acquire(blocking=False)
+        claimed: list[Claimed] = []
 
         def write(conn: Connection, indexes: list[int]) -> None:
             handler.write(conn, [results[n] for n in indexes])
+            if topping:
+                wanted = self._top_up_wanted()
+                claimed[:] = (
+                    self.queue.claim_on(
+                        conn,
+                        self.worker,
+                        wanted,
+                        self.settings.lease_seconds,
+                        self.this_run,
+                        self._rows_left(),
+                        self._after,
+                    )
+                    if wanted
+                    else []
+                )
 
-        return self.queue.complete(self.worker if self.leased else None, units, write)
+        try:
+            kept = self.queue.complete(self.worker if self.leased else None, units, write)
+            if topping:
+                self._take(claimed)  # committed: leased now
+        finally:
+            if topping:
+                self._claiming.release()
+        return kept
 
     async def release(self, units: Sequence[Unit]) -> None:
         # A group given back (a stop, a crash) is not claimed again in this run: a crash must

@@ -12,15 +12,30 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Collection, Hashable, Sequence
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
-from sqlalchemy import Connection, Select, and_, false, func, literal, or_, select, true, update
-from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy import (
+    Connection,
+    Select,
+    and_,
+    bindparam,
+    false,
+    func,
+    literal,
+    or_,
+    select,
+    true,
+    union,
+    update,
+)
+from sqlalchemy.sql.elements import BindParameter, ColumnElement
 
 from stagecrawl.pauses import Waiting
 from stagecrawl.queue.ladder import ThisRun
 from stagecrawl.queue.table import Claimed, Outcome, QueueTable, utcnow
-from stagecrawl.storage.db import Database, in_values
+from stagecrawl.storage.bulk import execute_keyed
+from stagecrawl.storage.db import Database, in_keys, in_values
 
 # Rows per `UPDATE … WHERE id IN (…)` (within every backend's bound on parameters).
 IN_CHUNK = 1000
@@ -43,6 +58,8 @@ class SqlQueue:
         self.spec = spec
         self.table = spec.table
         self.codes = spec.codes
+        # SQLite's claim reads, built once per shape (see `_claim_reads`)
+        self._claim_reads: dict[tuple[bool, bool, bool], Select[Any]] = {}
 
     def _c(self, name: str) -> ColumnElement[Any]:
         return self.table.c[name]
@@ -121,32 +138,56 @@ class SqlQueue:
         from there on, the search starts again from the first group. `exclude` (the groups
         that failed in this run, `ThisRun`) is read once the transaction has begun, and again
         after the rows are read: a failure written meanwhile keeps its group out."""
+
+        def work(conn: Connection) -> list[Claimed]:
+            return self.claim_on(conn, worker, groups, lease_seconds, exclude, max_rows, after)
+
+        return self.db.transaction(work)
+
+    def claim_on(
+        self,
+        conn: Connection,
+        worker: str,
+        groups: int,
+        lease_seconds: float,
+        exclude: Collection[str] | None = None,
+        max_rows: int | None = None,
+        after: str | None = None,
+    ) -> list[Claimed]:
+        """`claim` inside the caller's writing transaction (leased when it commits)."""
         s = self.spec
         assert s.holder and s.until, f"{self.table.name} has no lease columns"
-        holder, lease_end = s.holder, s.until
         now = utcnow()
         until = now + timedelta(seconds=lease_seconds)
-
-        def work(conn: Connection) -> Sequence[Any]:
-            excluded = _snapshot(exclude)
+        excluded = _snapshot(exclude)
+        if self.db.is_sqlite:
+            rows = self._pick_sqlite(conn, now, excluded, groups, max_rows, after)
+        else:
             claimable = self._claimable(now, excluded)
             arms = self._arm_conditions(now, excluded)
-            pick = self._pick_sqlite if self.db.is_sqlite else self._pick_locking
-            rows = pick(conn, claimable, arms, groups, max_rows, after)
-            if exclude:
-                rows = [r for r in rows if r[1] not in exclude]
-            if rows:
-                values: dict[str, Any] = {holder: worker, lease_end: until}
-                if s.claimed_at:
-                    values[s.claimed_at] = now
-                conn.execute(
-                    update(self.table)
-                    .where(in_values(self._c(s.id), [r[0] for r in rows]))
-                    .values(values)
-                )
-            return rows
+            rows = self._pick_locking(conn, claimable, arms, groups, max_rows, after)
+        if exclude:
+            rows = [r for r in rows if r[1] not in exclude]
+        if rows:
+            values: dict[str, Any] = {s.holder: worker, s.until: until}
+            if s.claimed_at:
+                values[s.claimed_at] = now
+            shape = ("lease", self.table, tuple(values))
+            bound = {f"v_{k}": v for k, v in values.items()}
+            keys = [r[0] for r in rows]
+            for start in range(0, len(keys), IN_CHUNK):
+                chunk = keys[start : start + IN_CHUNK]
+                execute_keyed(conn, shape, lambda: self._set_keyed(values), chunk, bound)
+        return self._claimed(rows)
 
-        return self._claimed(self.db.transaction(work))
+    def _set_keyed(self, values: dict[str, Any]) -> Any:
+        """UPDATE of the rows whose ids are `KEYS` (`execute_keyed`), each column of `values`
+        from its bind `v_<column>`."""
+        return (
+            update(self.table)
+            .where(in_keys(self._c(self.spec.id)))
+            .values({k: bindparam(f"v_{k}") for k in values})
+        )
 
     def peek(self, limit: int, exclude: Collection[str] | None = None) -> list[Claimed]:
         """The first `limit` claimable rows in group order, read without a lease (a queue
@@ -193,46 +234,92 @@ class SqlQueue:
     def _pick_sqlite(
         self,
         conn: Connection,
-        claimable: ColumnElement[bool],
-        arms: Sequence[ColumnElement[bool]],
+        now: datetime,
+        excluded: list[str],
         groups: int,
         max_rows: int | None,
         after: str | None,
     ) -> Sequence[Any]:
-        """One writer, under the write lock: the first groups in order (read as keys only, the
-        first `groups` of each arm), then every claimable row of them."""
-        group = self._c(self.spec.group)
-        parts = self._read_arms(
-            conn,
-            lambda arm: select(group).where(arm).distinct().order_by(group).limit(groups),
-            arms,
-            after,
+        """One writer, under the write lock: every claimable row of the first `groups` groups
+        in order from `after` (from the first group when none is claimable from there on), in
+        one statement (`_claim_reads`)."""
+        values: dict[str, Any] = {"claim_now": now, "claim_groups": groups}
+        if excluded:
+            values["claim_exclude"] = excluded
+        if max_rows is not None:
+            values["claim_rows"] = max_rows
+        for start in [after, None] if after else [None]:
+            query = self._claim_read(start is not None, bool(excluded), max_rows is not None)
+            if start is not None:
+                values["claim_after"] = start
+            rows = conn.execute(query, values).all()
+            if rows:
+                return rows
+        return []
+
+    def _claim_read(self, after: bool, exclude: bool, max_rows: bool) -> Select[Any]:
+        """SQLite's claim read, built once per shape and then only bound (building and
+        compiling it again for every claim cost more than running it):
+
+            SELECT <row> FROM t WHERE <claimable> AND grp IN (
+                SELECT grp FROM (SELECT DISTINCT grp FROM t WHERE <arm 1> [AND grp >= :after]
+                                 ORDER BY grp LIMIT :groups)
+                UNION … one such window per arm (`_arms`: each read through its own index)
+                ORDER BY grp LIMIT :groups)
+            ORDER BY grp, id [LIMIT :rows]
+
+        The windows' union ordered by the database (its collation) is the first `groups`
+        groups of all arms, each among the first `groups` of its own arm."""
+        shape = (after, exclude, max_rows)
+        query = self._claim_reads.get(shape)
+        if query is not None:
+            return query
+        s = self.spec
+        group, key = self._c(s.group), self._c(s.id)
+        now: BindParameter[Any] = bindparam("claim_now")
+        kept_out: BindParameter[Any] | None = (
+            bindparam("claim_exclude", expanding=True) if exclude else None
         )
-        found = [[r[0] for r in part] for part in parts if part]
-        if not found:
-            return []
-        names = found[0]
-        if len(found) > 1:
-            # The first `groups` of all arms, in the database's order (its collation, which
-            # Python's sort does not know); each is among the first `groups` of its own arm.
-            candidates = sorted({n for part in found for n in part})
-            names = list(
-                conn.execute(
-                    select(group)
-                    .where(group.in_(candidates))
-                    .distinct()
-                    .order_by(group)
-                    .limit(groups)
-                ).scalars()
+
+        def claimable(wanted: ColumnElement[bool]) -> ColumnElement[bool]:
+            condition = wanted
+            if s.not_before is not None:
+                not_before = self._c(s.not_before)
+                condition = and_(condition, or_(not_before.is_(None), not_before <= now))
+            if s.leased:
+                assert s.until is not None
+                until = self._c(s.until)
+                condition = and_(condition, or_(until.is_(None), until < now))
+            if kept_out is not None:
+                condition = and_(condition, group.not_in(kept_out))
+            return condition
+
+        arms = self._arms() if s.indexed_claims else [self._wanted()]
+        windows: list[Select[Any]] = []
+        for arm in arms:
+            condition = claimable(arm)
+            if after:
+                condition = and_(condition, group >= bindparam("claim_after"))
+            window = (
+                select(group)
+                .where(condition)
+                .distinct()
+                .order_by(group)
+                .limit(bindparam("claim_groups"))
+                .subquery()
             )
+            windows.append(select(window.c[0]))
+        first = union(*windows).subquery() if len(windows) > 1 else windows[0].subquery()
+        names = select(first.c[0]).order_by(first.c[0]).limit(bindparam("claim_groups"))
         query = (
             select(*self._columns())
-            .where(claimable, group.in_(names))
-            .order_by(group, self._c(self.spec.id))
+            .where(claimable(self._wanted()), group.in_(names))
+            .order_by(group, key)
         )
-        if max_rows is not None:
-            query = query.limit(max_rows)
-        return conn.execute(query).all()
+        if max_rows:
+            query = query.limit(bindparam("claim_rows"))
+        self._claim_reads[shape] = query
+        return query
 
     def _pick_locking(
         self,
@@ -440,14 +527,23 @@ class SqlQueue:
         assert s.holder and s.until
         if not ids:
             return set()
-        query = select(self._c(s.id)).where(
-            in_values(self._c(s.id), list(ids)),
-            self._c(s.holder) == literal(worker),
-            self._c(s.until) >= literal(utcnow()),
-        )
-        if not self.db.is_sqlite:
-            query = query.with_for_update()
-        return set(conn.execute(query).scalars().all())
+
+        holder, until = self._c(s.holder), self._c(s.until)
+
+        def build() -> Select[Any]:
+            query = select(self._c(s.id)).where(
+                in_keys(self._c(s.id)),
+                holder == bindparam("h_worker"),
+                until >= bindparam("h_now"),
+            )
+            return query if self.db.is_sqlite else query.with_for_update()
+
+        values = {"h_worker": worker, "h_now": utcnow()}
+        held: set[Hashable] = set()
+        for start in range(0, len(ids), IN_CHUNK):
+            chunk = ids[start : start + IN_CHUNK]
+            held.update(execute_keyed(conn, ("held", self.table), build, chunk, values).scalars())
+        return held
 
     def finish(self, conn: Connection, outcomes: Sequence[Outcome]) -> None:
         """Record outcomes (inside the caller's transaction): the state, the reason, the
@@ -474,12 +570,11 @@ class SqlQueue:
             if s.holder and s.until:
                 values.update(self._no_lease())
             values.update(extra)
+            shape = ("finish", self.table, tuple(values))
+            bound = {f"v_{k}": v for k, v in values.items()}
             for start in range(0, len(same_ids), IN_CHUNK):
-                conn.execute(
-                    update(self.table)
-                    .where(in_values(self._c(s.id), same_ids[start : start + IN_CHUNK]))
-                    .values(values)
-                )
+                chunk = same_ids[start : start + IN_CHUNK]
+                execute_keyed(conn, shape, partial(self._set_keyed, values), chunk, bound)
 
     # -- reading ----------------------------------------------------------------------------
     def pending_count(self) -> int:

@@ -34,6 +34,7 @@ from sqlalchemy.sql.expression import Executable
 from sqlalchemy.types import TypeEngine
 
 from stagecrawl.errors import StorageError
+from stagecrawl.storage.db import KEYS
 
 Processor = Callable[[Any], Any]
 _NOTHING: Any = object()
@@ -303,3 +304,90 @@ def upsert(
     pipeline."""
     if rows:
         BulkUpsert(table, tuple(rows[0]), update).execute_dicts(conn, rows)
+
+
+# -- statements over a list of keys ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Keyed:
+    """A keyed statement compiled for one dialect: its SQL split at the key list, and how
+    its other binds are processed."""
+
+    head: str
+    tail: str
+    before: tuple[tuple[str, Processor | None], ...]  # binds before the key list, in order
+    after: tuple[tuple[str, Processor | None], ...]  # and after it
+    marker: str  # the paramstyle's one placeholder
+
+
+_KEYED: weakref.WeakKeyDictionary[Dialect, dict[Hashable, _Keyed | None]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def execute_keyed(
+    conn: Connection,
+    shape: Hashable,
+    build: Callable[[], Executable],
+    keys: Sequence[Any],
+    values: Mapping[str, Any],
+) -> Any:
+    """Run the statement `build()` (a `storage.db.in_keys(column)` and
+    other named binds given in `values`), for `keys`, and return its result. On SQLite it is
+    compiled once per `shape` and sent as its own SQL text with one placeholder a key: the
+    keys bound as they are (bytes, str, int need no conversion), the other binds by their
+    types. SQLAlchemy would build and expand the list afresh each time (a statement per
+    commit of a crawl, with hundreds of keys), the costliest part of those statements. On
+    other databases the statement is built once and run by SQLAlchemy, its list expanded
+    there."""
+    dialect = conn.dialect
+    cache = _KEYED.get(dialect)
+    if cache is None:
+        cache = _KEYED[dialect] = {}
+    if shape not in cache:
+        cache[shape] = _compile_keyed(build(), dialect) if dialect.name == "sqlite" else None
+    keyed = cache[shape]
+    if keyed is None:
+        built = _STATEMENTS.setdefault(dialect, {})
+        statement = built.get(shape)
+        if statement is None:
+            statement = built[shape] = build()
+        return conn.execute(statement, {**values, KEYS: list(keys)})
+    params = [*_bound(keyed.before, values), *keys, *_bound(keyed.after, values)]
+    marks = ", ".join([keyed.marker] * len(keys)) if keys else "NULL"
+    return conn.exec_driver_sql(f"{keyed.head}{marks}{keyed.tail}", tuple(params))
+
+
+def _bound(binds: tuple[tuple[str, Processor | None], ...], values: Mapping[str, Any]) -> list[Any]:
+    out = []
+    for name, convert in binds:
+        value = values[name]
+        out.append(value if convert is None or value is None else convert(value))
+    return out
+
+
+# Non-SQLite keyed statements, built once per dialect and shape (SQLAlchemy caches their
+# compiled forms by the statement's cache key, memoised on the object).
+_STATEMENTS: weakref.WeakKeyDictionary[Dialect, dict[Hashable, Executable]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _compile_keyed(statement: Executable, dialect: Dialect) -> _Keyed:
+    compiled: Any = statement.compile(dialect=dialect)  # type: ignore[attr-defined]
+    if not compiled.positional:
+        raise StorageError(f"keyed statement needs a positional paramstyle: {compiled.string}")
+    token = f"__[POSTCOMPILE_{KEYS}]"
+    sql: str = compiled.string
+    if sql.count(token) != 1 or sql.count("__[POSTCOMPILE_") != 1:
+        raise StorageError(f"keyed statement needs one list, of {KEYS}: {sql}")
+    head, tail = sql.split(token)
+    order = list(compiled.positiontup)
+    at = order.index(KEYS)
+
+    def processed(names: list[str]) -> tuple[tuple[str, Processor | None], ...]:
+        return tuple((name, _processor(compiled.binds[name].type, dialect)) for name in names)
+
+    marker = {"qmark": "?", "format": "%s", "numeric": "?"}.get(dialect.paramstyle, "?")
+    return _Keyed(head, tail, processed(order[:at]), processed(order[at + 1 :]), marker)

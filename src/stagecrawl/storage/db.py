@@ -92,7 +92,12 @@ def dumps(value: Any) -> str | None:
     """Canonical compact JSON for JSON columns (None stays NULL)."""
     if value is None:
         return None
+    if not value and type(value) in _EMPTY:  # most versions' features, many dependencies
+        return _EMPTY[type(value)]
     return _ENCODER.encode(value)
+
+
+_EMPTY: dict[type, str] = {list: "[]", dict: "{}", tuple: "[]"}
 
 
 @dataclass(frozen=True)
@@ -388,9 +393,11 @@ class Database:
         create: bool = True,
         read_only: bool = False,
         outage_seconds: float = DEFAULT_OUTAGE_SECONDS,
+        sqlite_memory_mb: float = DEFAULTS.sqlite_memory_mb,
     ) -> None:
         """Open the database; with `read_only` nothing is created (no file, no folder, no
         table, no collation) and a missing database or missing tables are a StorageError.
+        SQLite's memory is bounded by `sqlite_memory_mb` for the whole process (0: none).
 
         Once it has been reached, a server database that goes away is waited for: new
         connections are tried again with backoff, and `transaction` redoes a transaction
@@ -426,7 +433,7 @@ class Database:
         if self.dialect == "sqlite":
             if not read_only:
                 _check_sqlite_folder(parsed.database)
-            _sqlite_immediate_transactions(self.engine, read_only)
+            _sqlite_immediate_transactions(self.engine, read_only, sqlite_memory_mb)
         else:
             event.listen(self.engine, "do_connect", self._connect_through_outages)
         try:
@@ -788,7 +795,9 @@ def _sqlite_read_only(url: URL) -> URL:
     return url.set(database=f"file:{Path(path).resolve()}", query={"mode": "ro", "uri": "true"})
 
 
-def _sqlite_immediate_transactions(engine: Engine, read_only: bool = False) -> None:
+def _sqlite_immediate_transactions(
+    engine: Engine, read_only: bool = False, memory_mb: float = 0.0
+) -> None:
     """SQLite is single-writer: a writing transaction takes the write lock up front (BEGIN
     IMMEDIATE), so two writers queue instead of failing half-way (SQLAlchemy's documented
     recipe for pysqlite transaction control). A transaction on a `Database.reading()`
@@ -807,6 +816,12 @@ def _sqlite_immediate_transactions(engine: Engine, read_only: bool = False) -> N
             # (docs/operations.md). FULL would fsync every group commit.
             dbapi_connection.execute("PRAGMA synchronous=NORMAL")
         dbapi_connection.execute("PRAGMA busy_timeout=30000")
+        if memory_mb > 0:
+            # Process-wide (SQLite keeps one soft heap limit): past it, a page cache reuses
+            # its least recently used page instead of growing. Each connection's cache (2 MB
+            # by default, one connection a thread) filled as the database grew, so a crawl's
+            # peak RSS grew with its length; the pages are in the OS's cache anyway.
+            dbapi_connection.execute(f"PRAGMA soft_heap_limit={int(memory_mb * 1024 * 1024)}")
 
     @event.listens_for(engine, "begin")
     def _begin(conn: Connection) -> None:
@@ -837,6 +852,17 @@ def in_values(column: ColumnElement[Any], values: Sequence[Any]) -> ColumnElemen
     return column.in_(
         bindparam(f"{column.key}_in", list(values), expanding=True, unique=True, type_=_AsIs())
     )
+
+
+# The expanding bind of a statement built once and given its keys at each run
+# (storage.bulk.execute_keyed).
+KEYS = "keys"
+
+
+def in_keys(column: ColumnElement[Any]) -> ColumnElement[bool]:
+    """`column IN (:keys)`, the keys handed to the driver as they are (see `in_values`), for
+    a statement built once (`storage.bulk.execute_keyed`)."""
+    return column.in_(bindparam(KEYS, expanding=True, type_=_AsIs()))
 
 
 # Errors that roll back a whole transaction because of another one, and say so: MySQL/MariaDB

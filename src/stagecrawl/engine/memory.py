@@ -1,0 +1,48 @@
+"""The process's malloc: how many arenas glibc may keep (the `malloc_arenas` setting).
+
+glibc gives each thread that allocates while another holds the main arena an arena of its
+own, up to 8 a core, and an arena keeps what its thread freed for later. A crawl's database
+work runs on a pool of threads (SQLite's executes, SQLAlchemy's rows): each grew its own arena,
+and the freed space they kept made the peak RSS grow with the crawl's length (9 MB of free
+arena space at 3,000 crates against 7 MB at 300, while what was in use stayed at about 21 MB).
+One arena holds what every thread frees for every other to reuse: bounded by what is in use at
+once, not by how long the run is. The threads take turns on the GIL anyway, so they seldom
+wait for the arena's lock. Trimming after each commit (malloc_trim) also kept RSS down, but
+cost 8-20 % more CPU.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+
+log = logging.getLogger("stagecrawl.memory")
+
+M_ARENA_MAX = -8  # glibc's malloc.h
+
+
+def bound_malloc_arenas(arenas: int) -> bool:
+    """At most `arenas` malloc arenas from now on (0: leave glibc's bound). Arenas already
+    made stay, so this is called before the run starts its threads. True when glibc took it;
+    False elsewhere (musl, macOS, Windows: their malloc is not glibc's)."""
+    if arenas <= 0 or not _is_glibc():
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt  # the process's own C library: glibc's
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    if mallopt(M_ARENA_MAX, arenas) != 1:  # mallopt answers 1 on success
+        log.debug("mallopt(M_ARENA_MAX, %d) was refused", arenas)
+        return False
+    return True
+
+
+def _is_glibc() -> bool:
+    """glibc answers its version here; other C libraries have no such name."""
+    try:
+        return bool(os.confstr("CS_GNU_LIBC_VERSION"))
+    except (ValueError, OSError, AttributeError):
+        return False
