@@ -78,6 +78,25 @@ def test_unreachable_database(mirror: Mirror) -> None:
     assert done.returncode == 2 and "cannot reach database" in one_line(done.stderr)
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "mysql+pymysql://u@127.0.0.1:1/x?read_timeout=soon",
+        "mysql+pymysql://u@127.0.0.1:1/x?port=abc",
+        "mysql+pymysql://u@127.0.0.1:1/x?connect_timeout=1.5.2",
+    ],
+)
+@pytest.mark.parametrize("command", [["status"], ["crates", "crawl", "serde", *NOWHERE]])
+def test_a_database_url_query_value_of_the_wrong_type_is_bad_input(
+    url: str, command: list[str]
+) -> None:
+    """A query value the driver converts to a number (PyMySQL's timeouts, its port) and that is
+    not one: the URL is refused in one line, exit 2, not an internal error (exit 1)."""
+    done = stagecrawl(*command, "--db", url, env={"STAGECRAWL_CONTACT": "t@example.org"})
+    assert done.returncode == 2, done.stderr
+    assert "cannot use database URL mysql+pymysql://u@127.0.0.1:1/x?" in one_line(done.stderr)
+
+
 def test_read_only_output_folder(mirror: Mirror, tmp_path: Path) -> None:
     with tmpfs(tmp_path / "ro", "size=1m,ro") as folder:
         crawl = stagecrawl(

@@ -420,7 +420,9 @@ class Database:
             kwargs["connect_args"] = {"connect_timeout": 10}
         try:
             self.engine: Engine = create_engine(parsed, **kwargs)
-        except (ArgumentError, NoSuchModuleError, ImportError) as exc:
+        except (ArgumentError, NoSuchModuleError, ImportError, ValueError, TypeError) as exc:
+            # ValueError, TypeError: a query value the dialect converts (`?read_timeout=soon`,
+            # `?port=x` for PyMySQL) is a bad URL, not an internal error.
             raise StorageError(f"cannot use database URL {self.safe_url}: {exc}") from None
         self.dialect = self.engine.dialect.name
         if self.dialect == "sqlite":
@@ -436,6 +438,8 @@ class Database:
             raise StorageError(
                 f"cannot reach database {self.safe_url}: {_first_line(exc)}"
             ) from None
+        except (ValueError, TypeError) as exc:  # the driver refused a query value (`?port=x`)
+            raise StorageError(f"cannot use database URL {self.safe_url}: {exc}") from None
         self._reached = True
         self.collation = ci
         mysql_kw: dict[str, Any] = (
