@@ -97,6 +97,43 @@ def test_a_database_url_query_value_of_the_wrong_type_is_bad_input(
     assert "cannot use database URL mysql+pymysql://u@127.0.0.1:1/x?" in one_line(done.stderr)
 
 
+DEEP_TOML = "a = " + "[" * 5000 + "]" * 5000 + "\n"  # deeper than the parser recurses
+
+
+@pytest.mark.parametrize(
+    ("args", "file", "text", "message"),
+    [
+        (["crates", "audit", "--lockfile", "{f}"], "Cargo.lock", DEEP_TOML, "not TOML"),
+        (["crates", "lock", "--pinned-only", "--lockfile", "{f}"], "Cargo.lock", DEEP_TOML,
+         "not TOML"),
+        (["crates", "licenses", "check", "--allow", "MIT", "--lockfile", "{f}"], "Cargo.lock",
+         DEEP_TOML, "not TOML"),
+        (["crates", "audit", "serde@1.0.0", "--config", "{f}"], "stagecrawl.toml", DEEP_TOML,
+         "not TOML"),
+        (["pypi", "audit", "--lockfile", "{f}"], "uv.lock", DEEP_TOML, "not TOML"),
+        (["pypi", "audit", "--lockfile", "{f}"], "deps.lock", DEEP_TOML, "not a lock file"),
+        (["pypi", "lock", "--lockfile", "{f}"], "pylock.toml", DEEP_TOML, "not TOML"),
+        (["licenses", "import", "{f}"], "licenses.json", "[" * 5000 + "]" * 5000,
+         "is not JSON stagecrawl reads"),
+        (["licenses", "import", "{f}"], "licenses.csv", "ID,NAME_SHORT\n1," + "x" * 200_000,
+         "is not CSV stagecrawl reads: field larger than field limit"),
+    ],
+)  # fmt: skip
+def test_input_files_nested_too_deep_or_too_wide_are_bad_input(
+    tmp_path: Path, args: list[str], file: str, text: str, message: str
+) -> None:
+    """A lock file, a config or a license file nested deeper than its parser recurses (or a
+    CSV field past the csv module's limit): one line naming the file and exit 2, not an
+    'internal error' and exit 1 (the exit a CI gate reads as 'vulnerable')."""
+    path = tmp_path / file
+    path.write_text(text)
+    filled = [a.replace("{f}", str(path)) for a in args]
+    done = stagecrawl(*filled, "--db", f"sqlite:///{tmp_path / 'x.db'}")
+    assert done.returncode == 2, done.stderr
+    line = one_line(done.stderr)
+    assert file in line and message in line and "internal error" not in line
+
+
 def test_read_only_output_folder(mirror: Mirror, tmp_path: Path) -> None:
     with tmpfs(tmp_path / "ro", "size=1m,ro") as folder:
         crawl = stagecrawl(

@@ -195,13 +195,15 @@ async def test_import_scope_hits_reimport_and_withdrawal(db_url: str, registry: 
 def test_size_limits_and_junk_entries() -> None:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
-        archive.writestr("big.json", json.dumps({"id": "X", "details": "x" * 5000}))
+        archive.writestr("big.json", json.dumps({"id": "X", "details": "x" * 9000}))
         archive.writestr("junk.json", "{not json")
+        # nested deeper than the JSON decoder recurses: junk too, not the end of the import
+        archive.writestr("deep.json", "[" * 3000 + "]" * 3000)
         archive.writestr("ok.json", json.dumps(record("RUSTSEC-2016-0001")))
     report = ImportReport()
-    got = list(read_advisories(buffer.getvalue(), report.read, max_entry=4000))
+    got = list(read_advisories(buffer.getvalue(), report.read, max_entry=8000))
     assert [r["id"] for r in got] == ["RUSTSEC-2016-0001"]
-    assert (report.read.skipped_too_large, report.read.skipped_invalid) == (1, 1)
+    assert (report.read.skipped_too_large, report.read.skipped_invalid) == (1, 2)
 
 
 def test_cli_vulns_from_the_loopback_origin_then_audit(

@@ -210,7 +210,7 @@ def lock_graph(path: Path) -> DependencyGraph:
     depends on (None when the lock has several)."""
     try:
         document = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as exc:
         raise InputError(f"cannot read {path}: {exc}") from None
     entries = [e for e in document.get("package") or [] if isinstance(e, dict)]
     nodes = [(str(e.get("name")), str(e.get("version"))) for e in entries]

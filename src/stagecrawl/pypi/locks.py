@@ -64,6 +64,8 @@ def kind_of(path: str, text: str) -> str:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError:
         return REQUIREMENTS
+    except RecursionError as exc:  # TOML nested too deeply to read: not a lock file either
+        raise InputError(f"{path}: not a lock file stagecrawl reads ({exc})") from None
     if "lock-version" in document:
         return PYLOCK
     if isinstance(document.get("metadata"), dict) and "lock-version" in document["metadata"]:
@@ -81,7 +83,7 @@ def parse_lock(text: str, path: str, where: str | None = None) -> LockFile:
         return parse_requirements(text, where)
     try:
         document = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, RecursionError) as exc:  # Recursion: nested too deeply
         raise InputError(f"{where} is not a {kind}: not TOML ({exc})") from None
     if kind == POETRY:
         return parse_poetry(document, where)

@@ -102,7 +102,7 @@ class _File:
             raise ConfigError(f"{path}: cannot read: {exc}") from None
         try:
             self.data = tomllib.loads(self.text)
-        except tomllib.TOMLDecodeError as exc:
+        except (tomllib.TOMLDecodeError, RecursionError) as exc:  # Recursion: nested too deeply
             raise ConfigError(f"{path}: not TOML: {exc}") from None
 
     def line_of(self, table: str, key: str) -> int | None:
