@@ -530,6 +530,10 @@ def _check_db_url(value: str, source: str) -> None:
             problem = "must look like sqlite:///PATH, mysql+pymysql://… or postgresql+psycopg://…"
         elif backend != "sqlite" and not parts.hostname:
             problem = "names no host"
+        elif backend == "sqlite" and parts.path in ("", "/", "/:memory:"):
+            # SQLite in memory: each pooled connection has its own, empty one, and nothing
+            # is kept ('no such table' on the second connection).
+            problem = "names no file (an in-memory database keeps nothing): use sqlite:///PATH"
         elif not _port_ok(parts):
             problem = "has a port that is not a number from 0 to 65535"
         else:

@@ -194,6 +194,9 @@ def test_full_disk_keeps_what_was_written(mirror: Mirror, tmp_path: Path) -> Non
          "--db has a port that is not a number"),
         (["--db", "mysql+pymysql://u@[x/db"], "--db is malformed"),
         (["--db", "crates.db"], "--db must look like sqlite:///PATH"),
+        # In memory, each connection has its own empty database: "no such table" came next.
+        (["--db", "sqlite://"], "--db names no file (an in-memory database keeps nothing)"),
+        (["--db", "sqlite:///:memory:"], "--db names no file"),
     ],
 )  # fmt: skip
 def test_bad_options_are_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
@@ -236,6 +239,11 @@ def test_bad_environment_values_are_one_line_and_exit_2(
          "--sparql-url must be an http(s) URL"),
         (["crates", "dbdump", "--source", "http://h:notaport/d.tar.gz", "--db", "sqlite:///{tmp}/x.db"],
          "--source must be an http(s) URL"),
+        # was an internal error (OverflowError), exit 1
+        (["crates", "dbdump", "--source", "{tmp}/d.tar.gz", "--max-gb", "inf"],
+         "Invalid value for '--max-gb'"),
+        # a mistyped folder: was an empty specs.csv written there (the folder made), exit 0
+        (["aircraft", "export", "--out", "{tmp}/nothing-here"], "no specs.json in"),
     ],
 )  # fmt: skip
 def test_other_commands_refuse_bad_configuration_in_one_line(
@@ -244,6 +252,7 @@ def test_other_commands_refuse_bad_configuration_in_one_line(
     done = stagecrawl(*(a.replace("{tmp}", str(tmp_path)) for a in args))
     assert done.returncode == 2, done.stderr
     assert message in one_line(done.stderr) and "Traceback" not in done.stderr
+    assert not (tmp_path / "nothing-here").exists()
 
 
 def test_version() -> None:
