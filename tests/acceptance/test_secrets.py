@@ -253,6 +253,13 @@ def test_passwords_tokens_and_signatures_in_any_url_input_are_never_printed_nor_
         ["pypi", "audit", "--repo", f"https://127.0.0.1:9/r.git?sig={SIGNATURE}", "--all-tags",
          "--db", sqlite, *cache],
     ]  # fmt: skip
+    requirements = tmp_path / "requirements.txt"  # a lock file's index options echo back
+    requirements.write_text(
+        f"--extra-index-url https://{TOKEN}@pypi.fury.io/me/\n"
+        f"-i https://u:{SLASHED}@h.example/simple\n"
+        f"pkg @ https://files.example/pkg-1.0.whl?sig={SIGNATURE}\nrequests==2.0.0\n"
+    )
+    runs.append(["pypi", "lock", "--lockfile", str(requirements), "--db", sqlite])
     with ThreadPoolExecutor(max_workers=2) as pool:
         done = list(pool.map(lambda args: stagecrawl(*args, env=contact, timeout=120), runs))
     done.append(stagecrawl("-v", "status", "--db", sqlite, "--format", "json"))
