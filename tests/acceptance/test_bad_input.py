@@ -242,6 +242,9 @@ def test_bad_environment_values_are_one_line_and_exit_2(
         # was an internal error (OverflowError), exit 1
         (["crates", "dbdump", "--source", "{tmp}/d.tar.gz", "--max-gb", "inf"],
          "Invalid value for '--max-gb'"),
+        # was an internal error (OverflowError), exit 1: the exit a CI gate reads as failed
+        (["crates", "audit", "serde@1.0.0", "--max-advisory-age", "99999999999999999999",
+          "--db", "sqlite:///{tmp}/x.db"], "--max-advisory-age takes days"),
         # a mistyped folder: was an empty specs.csv written there (the folder made), exit 0
         (["aircraft", "export", "--out", "{tmp}/nothing-here"], "no specs.json in"),
     ],
