@@ -325,6 +325,27 @@ def test_malformed_records_are_skipped_by_id_and_the_import_goes_on(tmp_path: Pa
     }
 
 
+def test_fields_of_the_wrong_type_skip_their_record_or_field_not_the_import(
+    tmp_path: Path,
+) -> None:
+    """`aliases` that is not a list (also on a RUSTSEC record, which GHSA duplicates are folded
+    into) and a severity whose `type` is a list were TypeErrors that ended the whole import:
+    the first record is skipped by id, the second imported without its severity."""
+    no_list = one_range({"introduced": "1.0.0"}, crate="aliased")
+    no_list.update(id="RUSTSEC-2099-0004", aliases=1)
+    odd_severity = one_range({"introduced": "1.0.0"}, crate="rated")
+    odd_severity.update(id="RUSTSEC-2099-0005", severity=[{"type": ["CVSS_V3"], "score": "x"}])
+    db = Database(f"sqlite:///{tmp_path / 'm.db'}")
+    report = ImportReport()
+    records = [record("RUSTSEC-2016-0001"), no_list, odd_severity]
+    import_advisories(db, read_advisories(zip_of(records), report.read), "all", report)
+    assert report.problems == ["RUSTSEC-2099-0004: aliases is not a list of strings"]
+    assert {(r["OSV_ID"], r["PRODUCT_KEY"]) for r in table(db, db.vuln_raw)} == {
+        ("RUSTSEC-2016-0001", "openssl"),
+        ("RUSTSEC-2099-0005", "rated"),
+    }
+
+
 def add_collected(db: Database, name: str, versions: list[str]) -> None:
     """VERSION and PRODUCT rows as a crawl would leave them (only what the import reads)."""
     now = datetime(2026, 1, 1)
