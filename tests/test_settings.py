@@ -38,6 +38,10 @@ def test_flag_beats_environment_beats_default() -> None:
         ({"contact": "ops@example.org\r"}, {},
          "--contact must be one line of text without control characters, got 'ops@"),
         ({}, {"STAGECRAWL_CONTACT": "ops@example.org\nX-Evil: 1"}, "STAGECRAWL_CONTACT must be"),
+        # ... and in --db, a file `stagecrawl.db\r` was made (its URL is never shown)
+        ({}, {"STAGECRAWL_DB": "sqlite:///stagecrawl.db\r"},
+         "STAGECRAWL_DB must be one line of text without control characters"),
+        ({"cache_dir": "cache\t"}, {}, "--cache-dir must be one line of text"),
     ],
 )  # fmt: skip
 def test_bad_values_are_refused_naming_their_source(
