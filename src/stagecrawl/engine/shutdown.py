@@ -214,32 +214,33 @@ class GracefulStop:
     def on_signals(self, enabled: bool = True) -> Iterator[None]:
         """Route SIGINT and SIGTERM to `request` while the block runs (main thread only).
 
-        The handlers are the signal module's, not the loop's (`add_signal_handler` runs its
-        callback on the loop): while a synchronous call holds the loop's thread (connecting to
-        a database that does not answer, reading a lock file from a pipe) a loop callback
-        waits for it, and so did the second signal that promises to exit at once. This one
-        runs in the main thread whatever it is blocked in: the first signal is handed to the
-        loop (and the threads see it at once), the second exits there and then."""
+        The loop's handlers (`add_signal_handler`) hear a signal through its wakeup file, but
+        run on the loop: while a synchronous call holds the loop's thread (connecting to a
+        database that does not answer, reading a lock file from a pipe) they wait for it, and
+        so did the second signal that promises to exit at once. So the signal module's handler
+        under them (asyncio's is a no-op) counts the signals in the main thread, whatever it
+        is blocked in, and the second exits there and then."""
         loop = asyncio.get_running_loop()
-        installed: list[tuple[signal.Signals, Any]] = []
+        installed: list[signal.Signals] = []
         token = _current.set(self)
         received = 0
 
-        def handler(signum: int, _frame: Any) -> None:
+        def second_exits(signum: int, _frame: Any) -> None:
             nonlocal received
             received += 1
-            sig = signal.Signals(signum)
             if received >= 2:
-                self.signal = self.signal or sig
+                self.signal = self.signal or signal.Signals(signum)
                 self._exit_now()
-            loop.call_soon_threadsafe(self.request, sig)
 
-        if enabled and threading.current_thread() is threading.main_thread():
+        if enabled:
             for sig in (signal.SIGINT, signal.SIGTERM):
-                installed.append((sig, signal.signal(sig, handler)))
+                with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                    loop.add_signal_handler(sig, self.request, sig)
+                    installed.append(sig)
+                    signal.signal(sig, second_exits)  # the wakeup file stays the loop's
         try:
             yield
         finally:
             _current.reset(token)
-            for sig, previous in installed:
-                signal.signal(sig, previous)
+            for sig in installed:
+                loop.remove_signal_handler(sig)
