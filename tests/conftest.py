@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import socket
+import threading
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -34,3 +37,39 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     drop_stagecrawl_tables(url)
     yield url
     drop_stagecrawl_tables(url)
+
+
+@dataclass
+class SilentServer:
+    """A TCP port that accepts connections and never says a word: a stuck server, or another
+    service that waits for the client to speak first (Redis, an HTTP server) where a MySQL
+    client waits for the server's greeting."""
+
+    port: int
+    accepted: threading.Event = field(default_factory=threading.Event)
+
+
+@pytest.fixture
+def silent_server() -> Iterator[SilentServer]:
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.2)
+    silent = SilentServer(server.getsockname()[1])
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except TimeoutError:
+                continue
+            silent.accepted.set()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield silent
+    stop.set()
+    thread.join()
+    for conn in held:
+        conn.close()
+    server.close()

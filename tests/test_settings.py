@@ -34,13 +34,29 @@ def test_flag_beats_environment_beats_default() -> None:
         ({"index_url": "index.crates.io"}, {}, "--index-url must be an http(s) URL"),
         ({}, {"STAGECRAWL_API_RATE": "fast"}, "STAGECRAWL_API_RATE must be a number"),
         ({}, {"STAGECRAWL_RETRIES": "-1"}, "STAGECRAWL_RETRIES must not be negative"),
+        # Sent in a header: a CR (a file edited on Windows) or a newline failed every request.
+        ({"contact": "ops@example.org\r"}, {},
+         "--contact must be one line of text without control characters, got 'ops@"),
+        ({}, {"STAGECRAWL_CONTACT": "ops@example.org\nX-Evil: 1"}, "STAGECRAWL_CONTACT must be"),
+        # ... and in --db, a file `stagecrawl.db\r` was made (its URL is never shown)
+        ({}, {"STAGECRAWL_DB": "sqlite:///stagecrawl.db\r"},
+         "STAGECRAWL_DB must be one line of text without control characters"),
+        ({"cache_dir": "cache\t"}, {}, "--cache-dir must be one line of text"),
     ],
-)
+)  # fmt: skip
 def test_bad_values_are_refused_naming_their_source(
     flags: dict[str, object], env: dict[str, str], message: str
 ) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
         Settings.resolve(flags, env)
+
+
+@pytest.mark.parametrize("name", ["STAGECRAWL_INDEX_TOKEN", "STAGECRAWL_API_TOKEN"])
+def test_a_token_with_a_control_character_is_refused_and_not_shown(name: str) -> None:
+    token = "T0ken-Cr-71\r"  # read from a file with Windows line ends
+    with pytest.raises(ConfigError) as caught:
+        Settings.resolve({}, {name: token})
+    assert str(caught.value) == f"{name} must be one line of text without control characters"
 
 
 def test_the_documented_table_is_the_table() -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from stagecrawl.secrets import mask_url
+from stagecrawl.secrets import mask_url, register_url
 from stagecrawl.settings import Settings
 
 if TYPE_CHECKING:  # the engine (aiohttp, redis) is imported when a part is built, not before
@@ -75,6 +75,10 @@ def build_fetcher(
 def download_fetcher(s: Settings, url: str, max_body_bytes: int | None = None) -> Fetcher:
     """A fetcher for one download from `url`, on the `download` lane."""
     from stagecrawl.engine.ratelimit import Lane, Lanes, Rate
+
+    # `--source` is no setting: its password or a pre-signed URL's signature is registered
+    # here, before the fetcher's errors and logs quote the URL.
+    register_url(url)
 
     lanes = Lanes([Lane("download", url, Rate(s.download_rate))])
     return build_fetcher(s, lanes, download=True, max_body_bytes=max_body_bytes)

@@ -8,10 +8,11 @@ printable form of a URL.
 
 A URL given slightly wrong is still a secret: `crawler:pw@host/db` (no scheme),
 `mysql+pymysql//u:pw@h`, `mysql+pymysql:/u:pw@h`, `:pw@host`, a host `[x` that `urlsplit`
-refuses. So the password is also found by pattern — anything that looks like `user:pass@`,
-parsed or not — and `redact` masks that pattern (and `password=`-like query parameters) in
-every text, registered or not. Written by hand: no library masks credentials in free text,
-and the pattern is two regular expressions.
+refuses, `u:pa/ss@h` (urlsplit reads a port `pa`), `u:pw` without its `@host`. So the password
+is also found by pattern — anything that looks like `user:pass@`, parsed or not — and `redact`
+masks that pattern (and `password=`-, `key=`- or `sig=`-like query parameters, and a token
+given as the user of an http(s) URL) in every text, registered or not. Written by hand: no
+library masks credentials in free text, and the patterns are a few regular expressions.
 """
 
 from __future__ import annotations
@@ -23,7 +24,14 @@ from typing import Any, TextIO
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 MASK = "***"
-SECRET_PARAMS = re.compile(r"pass(word)?|passwd|pwd|secret|token|api[-_]?key|auth", re.IGNORECASE)
+# The name of a query parameter that holds a secret: a password, a token, a key (`key`,
+# `api_key`, `X-Api-Key`; not `keyword`), a signature or credential of a pre-signed download URL
+# (`X-Amz-Signature`, `sig`, `X-Goog-Credential`; not `design`).
+SECRET_WORDS = (
+    r"pass(?:word)?|passwd|pwd|secret|token|auth|credential"
+    r"|sig(?:nature)?(?=[-_=]|$)|key(?=[-_=]|$)"
+)
+SECRET_PARAMS = re.compile(SECRET_WORDS, re.IGNORECASE)
 # `[scheme:[//]]user:password@` anywhere in a text. The password runs to the last `@` of its
 # word (urlsplit's rule: a password may hold `@`); the user part holds no `:`, `/` or `@`, and
 # neither does the password hold a `/` (RFC 3986: userinfo ends where the path begins). Without
@@ -32,12 +40,21 @@ USERINFO = re.compile(
     r"(?P<lead>(?:[A-Za-z][A-Za-z0-9+.\-]*:/{0,3})?[^\s:/@'\"<>()\[\]{},]*)"
     r":(?!/)(?P<password>[^\s'\"<>/]+)@"
 )
+# `scheme://user:pa/ss@host`: after `://` a password may hold a raw `/` (SQLAlchemy reads it so,
+# to the `@`); one that starts like a port (`host:8080/path@…`) is a port and a path.
+SLASHED_USERINFO = re.compile(
+    r"(?P<lead>\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@'\"<>]*)"
+    r":(?!\d+(?:/|$))(?P<password>[^\s'\"<>@]*/[^\s'\"<>@]*)@"
+)
 # `?password=…` (or `&token=…`, `;pwd=…`) in a query, parsed or not.
 SECRET_QUERY = re.compile(
-    r"(?P<key>[?&;][^=&#\s'\"]*(?:pass(?:word)?|passwd|pwd|secret|token|api[-_]?key|auth)"
-    r"[^=&#\s'\"]*=)(?P<value>[^&#\s'\"]+)",
+    rf"(?P<key>[?&;][^=&#\s'\"]*(?:{SECRET_WORDS})[^=&#\s'\"]*=)(?P<value>[^&#\s'\"]+)",
     re.IGNORECASE,
 )
+# `https://TOKEN@host/…`: a user name alone in an http(s) URL is how GitHub, Gemfury and other
+# private registries take a token (a git remote, a private index), so it is masked too. A
+# database URL's user alone (`mysql+pymysql://crawler@host/db`) is a name, not a secret.
+HTTP_USER = re.compile(r"(?P<scheme>\b(?:git\+)?https?://)[^\s:/@?#'\"<>\[\]]+@", re.IGNORECASE)
 _known: set[str] = set()
 
 
@@ -57,6 +74,9 @@ def register_url(url: str | None) -> None:
         for candidate in (password, password.split("@", 1)[0]):
             register(candidate)
             register(unquote(candidate))
+    for candidate in _password_read_as_port(url):
+        register(candidate)
+        register(unquote(candidate))
     for match in SECRET_QUERY.finditer(url):
         register(match["value"])
         register(unquote(match["value"]))
@@ -71,6 +91,25 @@ def register_url(url: str | None) -> None:
     for key, value in parse_qsl(parts.query, keep_blank_values=True):
         if SECRET_PARAMS.search(key):
             register(value)
+
+
+def _password_read_as_port(url: str) -> list[str]:
+    """The password of `scheme://user:pa/ss@host` (a raw `/` in it: urlsplit ends the host
+    there, SQLAlchemy reads on to the `@`) or of `scheme://user:password` (the `@host` left
+    out): where urlsplit sees no user-info but a port that is not a number, that "port" and
+    whatever runs from it to the URL's last `@` are the password."""
+    _scheme, sep, rest = url.partition("://")
+    netloc = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    if not sep or "@" in netloc or netloc.startswith("[") or ":" not in netloc:
+        return []
+    port = netloc.rsplit(":", 1)[1]
+    if not port or port.isdigit():
+        return []
+    found = [port]
+    to_last_at = re.match(r"[^:/@\s]*:(?P<password>\S*)@", rest)  # greedy: to the last @
+    if to_last_at:
+        found.append(to_last_at["password"])
+    return found
 
 
 def mask_url(url: str) -> str:
@@ -109,7 +148,9 @@ def redact(text: str) -> str:
         if secret in text:
             text = text.replace(secret, MASK)
     if "@" in text:
+        text = SLASHED_USERINFO.sub(lambda m: f"{m['lead']}:{MASK}@", text)
         text = USERINFO.sub(lambda m: f"{m['lead']}:{MASK}@", text)
+        text = HTTP_USER.sub(lambda m: f"{m['scheme']}{MASK}@", text)
     if "=" in text:
         text = SECRET_QUERY.sub(lambda m: f"{m['key']}{MASK}", text)
     return text

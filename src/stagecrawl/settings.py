@@ -256,10 +256,18 @@ class Settings:
         maximum=4096,
     )
     index_token: str | None = _s(
-        None, "bearer token for a private index (index lane only)", flag=None, secret=True
+        None,
+        "bearer token for a private index (index lane only)",
+        flag=None,
+        secret=True,
+        check="header",
     )
     api_token: str | None = _s(
-        None, "bearer token for a private API (API lane only)", flag=None, secret=True
+        None,
+        "bearer token for a private API (API lane only)",
+        flag=None,
+        secret=True,
+        check="header",
     )
     ai_license_url: str | None = _s(
         None, "optional AI license classifier (POST); off when unset", check="url"
@@ -453,6 +461,12 @@ def parse_budget(text: str) -> tuple[int, float]:
 def _check(setting: Setting, value: Any, source: str) -> None:
     if setting.kind in (int, float):
         _check_number(setting, value, source)
+    if setting.kind is str and any(ord(c) < 32 or ord(c) == 127 for c in str(value)):
+        # A CR left by Windows line ends in an environment file, a newline: in a header
+        # (the contact, a token) every request failed, in --db a file `stagecrawl.db\r` was
+        # made. A secret's value is never shown.
+        shown = "" if setting.secret else f", got {value!r}"
+        raise ConfigError(f"{source} must be one line of text without control characters{shown}")
     check = setting.check
     if check == "url":
         check_http_url(str(value), source)
@@ -549,6 +563,10 @@ def _check_db_url(value: str, source: str) -> None:
             problem = "must look like sqlite:///PATH, mysql+pymysql://… or postgresql+psycopg://…"
         elif backend != "sqlite" and not parts.hostname:
             problem = "names no host"
+        elif backend == "sqlite" and parts.path in ("", "/", "/:memory:"):
+            # SQLite in memory: each pooled connection has its own, empty one, and nothing
+            # is kept ('no such table' on the second connection).
+            problem = "names no file (an in-memory database keeps nothing): use sqlite:///PATH"
         elif not _port_ok(parts):
             problem = "has a port that is not a number from 0 to 65535"
         else:

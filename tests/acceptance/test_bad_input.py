@@ -78,6 +78,62 @@ def test_unreachable_database(mirror: Mirror) -> None:
     assert done.returncode == 2 and "cannot reach database" in one_line(done.stderr)
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "mysql+pymysql://u@127.0.0.1:1/x?read_timeout=soon",
+        "mysql+pymysql://u@127.0.0.1:1/x?port=abc",
+        "mysql+pymysql://u@127.0.0.1:1/x?connect_timeout=1.5.2",
+    ],
+)
+@pytest.mark.parametrize("command", [["status"], ["crates", "crawl", "serde", *NOWHERE]])
+def test_a_database_url_query_value_of_the_wrong_type_is_bad_input(
+    url: str, command: list[str]
+) -> None:
+    """A query value the driver converts to a number (PyMySQL's timeouts, its port) and that is
+    not one: the URL is refused in one line, exit 2, not an internal error (exit 1)."""
+    done = stagecrawl(*command, "--db", url, env={"STAGECRAWL_CONTACT": "t@example.org"})
+    assert done.returncode == 2, done.stderr
+    assert "cannot use database URL mysql+pymysql://u@127.0.0.1:1/x?" in one_line(done.stderr)
+
+
+DEEP_TOML = "a = " + "[" * 5000 + "]" * 5000 + "\n"  # deeper than the parser recurses
+
+
+@pytest.mark.parametrize(
+    ("args", "file", "text", "message"),
+    [
+        (["crates", "audit", "--lockfile", "{f}"], "Cargo.lock", DEEP_TOML, "not TOML"),
+        (["crates", "lock", "--pinned-only", "--lockfile", "{f}"], "Cargo.lock", DEEP_TOML,
+         "not TOML"),
+        (["crates", "licenses", "check", "--allow", "MIT", "--lockfile", "{f}"], "Cargo.lock",
+         DEEP_TOML, "not TOML"),
+        (["crates", "audit", "serde@1.0.0", "--config", "{f}"], "stagecrawl.toml", DEEP_TOML,
+         "not TOML"),
+        (["pypi", "audit", "--lockfile", "{f}"], "uv.lock", DEEP_TOML, "not TOML"),
+        (["pypi", "audit", "--lockfile", "{f}"], "deps.lock", DEEP_TOML, "not a lock file"),
+        (["pypi", "lock", "--lockfile", "{f}"], "pylock.toml", DEEP_TOML, "not TOML"),
+        (["licenses", "import", "{f}"], "licenses.json", "[" * 5000 + "]" * 5000,
+         "is not JSON stagecrawl reads"),
+        (["licenses", "import", "{f}"], "licenses.csv", "ID,NAME_SHORT\n1," + "x" * 200_000,
+         "is not CSV stagecrawl reads: field larger than field limit"),
+    ],
+)  # fmt: skip
+def test_input_files_nested_too_deep_or_too_wide_are_bad_input(
+    tmp_path: Path, args: list[str], file: str, text: str, message: str
+) -> None:
+    """A lock file, a config or a license file nested deeper than its parser recurses (or a
+    CSV field past the csv module's limit): one line naming the file and exit 2, not an
+    'internal error' and exit 1 (the exit a CI gate reads as 'vulnerable')."""
+    path = tmp_path / file
+    path.write_text(text)
+    filled = [a.replace("{f}", str(path)) for a in args]
+    done = stagecrawl(*filled, "--db", f"sqlite:///{tmp_path / 'x.db'}")
+    assert done.returncode == 2, done.stderr
+    line = one_line(done.stderr)
+    assert file in line and message in line and "internal error" not in line
+
+
 def test_read_only_output_folder(mirror: Mirror, tmp_path: Path) -> None:
     with tmpfs(tmp_path / "ro", "size=1m,ro") as folder:
         crawl = stagecrawl(
@@ -138,6 +194,9 @@ def test_full_disk_keeps_what_was_written(mirror: Mirror, tmp_path: Path) -> Non
          "--db has a port that is not a number"),
         (["--db", "mysql+pymysql://u@[x/db"], "--db is malformed"),
         (["--db", "crates.db"], "--db must look like sqlite:///PATH"),
+        # In memory, each connection has its own empty database: "no such table" came next.
+        (["--db", "sqlite://"], "--db names no file (an in-memory database keeps nothing)"),
+        (["--db", "sqlite:///:memory:"], "--db names no file"),
     ],
 )  # fmt: skip
 def test_bad_options_are_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
@@ -180,6 +239,14 @@ def test_bad_environment_values_are_one_line_and_exit_2(
          "--sparql-url must be an http(s) URL"),
         (["crates", "dbdump", "--source", "http://h:notaport/d.tar.gz", "--db", "sqlite:///{tmp}/x.db"],
          "--source must be an http(s) URL"),
+        # was an internal error (OverflowError), exit 1
+        (["crates", "dbdump", "--source", "{tmp}/d.tar.gz", "--max-gb", "inf"],
+         "Invalid value for '--max-gb'"),
+        # was an internal error (OverflowError), exit 1: the exit a CI gate reads as failed
+        (["crates", "audit", "serde@1.0.0", "--max-advisory-age", "99999999999999999999",
+          "--db", "sqlite:///{tmp}/x.db"], "--max-advisory-age takes days"),
+        # a mistyped folder: was an empty specs.csv written there (the folder made), exit 0
+        (["aircraft", "export", "--out", "{tmp}/nothing-here"], "no specs.json in"),
     ],
 )  # fmt: skip
 def test_other_commands_refuse_bad_configuration_in_one_line(
@@ -188,6 +255,7 @@ def test_other_commands_refuse_bad_configuration_in_one_line(
     done = stagecrawl(*(a.replace("{tmp}", str(tmp_path)) for a in args))
     assert done.returncode == 2, done.stderr
     assert message in one_line(done.stderr) and "Traceback" not in done.stderr
+    assert not (tmp_path / "nothing-here").exists()
 
 
 def test_version() -> None:

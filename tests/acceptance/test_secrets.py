@@ -216,6 +216,64 @@ def test_malformed_urls_never_print_their_password(tmp_path: Path) -> None:
         assert code != 0 or args[1] == "status", (args, env, output)
 
 
+SLASHED = "S3cr/3tPw-63"  # a raw `/` in a password: urlsplit reads `S3cr` as the port
+TOKEN = "ghp-T0kenAsUser-64"  # `https://TOKEN@host/…`: GitHub's and Gemfury's form
+SIGNATURE = "5ig-pre-signed-65"  # a pre-signed download URL's signature
+
+
+def test_passwords_tokens_and_signatures_in_any_url_input_are_never_printed_nor_stored(
+    tmp_path: Path,
+) -> None:
+    """A password with a raw `/`, a database URL without its `@host`, a token given as the
+    user of an http(s) URL, a `?key=` or a pre-signed URL's signature: in every input that
+    takes a URL (settings, `--source`, a repository), they are masked in what the command
+    prints and in the reasons it stores, which a later `status` shows."""
+    sqlite = f"sqlite:///{tmp_path / 'x.db'}"
+    contact = {"STAGECRAWL_CONTACT": "t@example.org"}
+    cache = ["--cache-dir", str(tmp_path / "cache")]
+    runs = [
+        ["status", "--db", f"mysql+pymysql://crawler:{SLASHED}@127.0.0.1:1/sca"],
+        ["crates", "crawl", "serde", *NOWHERE, "--db",
+         f"postgresql+psycopg://crawler:{SLASHED}@127.0.0.1:1/sca"],
+        ["status", "--db", f"mysql+pymysql://crawler:{PASSWORD}"],  # `@host` left out
+        ["crates", "crawl", "serde", "--db", sqlite, "--index-url",
+         f"http://u:{SLASHED}@127.0.0.1:9/"],
+        ["-v", "crates", "crawl", "serde", *NOWHERE, "--db", sqlite, "--index-url",
+         f"http://{TOKEN}@127.0.0.1:9/"],
+        ["-v", "pypi", "crawl", "requests", "--db", sqlite, "--index-url",
+         f"http://127.0.0.1:9/simple/?key={PASSWORD}", "--api-url", "http://127.0.0.1:9/"],
+        ["-v", "crates", "vulns", "--db", sqlite, "--source",
+         f"http://127.0.0.1:9/osv.zip?X-Amz-Signature={SIGNATURE}"],
+        ["-v", "pypi", "vulns", "--db", sqlite, "--source", f"http://{TOKEN}@127.0.0.1:9/o.zip"],
+        ["crates", "dbdump", "--db", sqlite, "--source", f"http://u:{SLASHED}@127.0.0.1:9/d.tgz"],
+        ["-v", "crates", "lock", f"http://{TOKEN}@127.0.0.1:9/r.git", "--all-tags", *NOWHERE,
+         "--db", sqlite, *cache],
+        ["crates", "audit", "--repo", f"http://u:{SLASHED}@127.0.0.1:9/r.git", "--all-tags",
+         "--db", sqlite, *cache],
+        ["pypi", "audit", "--repo", f"https://127.0.0.1:9/r.git?sig={SIGNATURE}", "--all-tags",
+         "--db", sqlite, *cache],
+    ]  # fmt: skip
+    requirements = tmp_path / "requirements.txt"  # a lock file's index options echo back
+    requirements.write_text(
+        f"--extra-index-url https://{TOKEN}@pypi.fury.io/me/\n"
+        f"-i https://u:{SLASHED}@h.example/simple\n"
+        f"pkg @ https://files.example/pkg-1.0.whl?sig={SIGNATURE}\nrequests==2.0.0\n"
+    )
+    runs.append(["pypi", "lock", "--lockfile", str(requirements), "--db", sqlite])
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        done = list(pool.map(lambda args: stagecrawl(*args, env=contact, timeout=120), runs))
+    done.append(stagecrawl("-v", "status", "--db", sqlite, "--format", "json"))
+    for args, result in zip([*runs, ["status"]], done, strict=True):
+        output = result.stdout + result.stderr
+        for secret in (PASSWORD, SLASHED, "3tPw-63", TOKEN, SIGNATURE):
+            assert secret not in output, (args, output)
+        assert "Traceback" not in output, (args, output)
+    assert "http://***@127.0.0.1:9/se/rd/serde" in done[-1].stdout  # the stored seed reason
+    for stored in tmp_path.glob("x.db*"):  # every table, the write-ahead log too
+        for secret in (PASSWORD, SLASHED, TOKEN, SIGNATURE):
+            assert secret.encode() not in stored.read_bytes(), (stored, secret)
+
+
 @pytest.mark.parametrize(
     ("text", "shown"),
     [
@@ -227,6 +285,14 @@ def test_malformed_urls_never_print_their_password(tmp_path: Path) -> None:
         (f"mysql+pymysql://u@h/db?password={PASSWORD}&x=1",
          "mysql+pymysql://u@h/db?password=***&x=1"),
         (f"http://u:p@ss{PASSWORD}@h/", "http://u:***@h/"),  # a password holding an @
+        (f"fatal: 'http://u:{SLASHED}@h:9/'", "fatal: 'http://u:***@h:9/'"),  # ... or a /
+        (f"https://{TOKEN}@github.com/o/r.git", "https://***@github.com/o/r.git"),
+        (f"http://h/o.zip?X-Amz-Signature={SIGNATURE}&X-Amz-Credential=AK/x",
+         "http://h/o.zip?X-Amz-Signature=***&X-Amz-Credential=***"),
+        (f"http://h/?key={PASSWORD} http://h/?sig={SIGNATURE}", "http://h/?key=*** http://h/?sig=***"),
+        # Not secrets: a database user alone, a port and a path, `keyword`, `design`.
+        ("mysql+pymysql://crawler@h/db ssh://git@github.com/o/r",) * 2,
+        ("http://h:8080/se/rd/serde@1.0.0 ?keyword=x&design=y",) * 2,
         # Not credentials: left as they are.
         ("stagecrawl/0.1.0 (+ops@example.org)", "stagecrawl/0.1.0 (+ops@example.org)"),
         ("serde@1.0.0 tokio@1.2.3", "serde@1.0.0 tokio@1.2.3"),

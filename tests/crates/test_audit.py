@@ -17,9 +17,10 @@ import semver
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 
-from stagecrawl.crates.audit import Package, audit, package_lines
+from stagecrawl.crates.audit import Package, audit, lock_graph, package_lines
 from stagecrawl.crates.osv import ImportReport, import_advisories, read_advisories
 from stagecrawl.crates.semver import Version
+from stagecrawl.errors import InputError
 from stagecrawl.sca.cyclonedx import audit_cyclonedx
 from stagecrawl.sca.report_json import audit_json
 from stagecrawl.sca.sarif import audit_sarif
@@ -355,6 +356,26 @@ def test_cli_audit_refuses_to_answer_without_advisories_or_with_bad_input(
     assert version.returncode == 2 and "not a semantic version" in version.stderr
     kind = stagecrawl("crates", "audit", "time@1.0.0", "--deny", "everything", "--db", db)
     assert kind.returncode == 2 and "--deny" in kind.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("version = 3\npackage = 1\n", "`package` is not [[package]] tables"),
+        ('version = 3\n[[package]]\nname = "serde"\nversion = "1.0.0"\ndependencies = 1\n',
+         "serde 1.0.0: `dependencies` is not a list"),
+    ],
+)  # fmt: skip
+def test_a_dependency_graph_of_the_wrong_shape_is_bad_input(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    """The graph behind an audit's dependency paths, read from a lock whose tables have the
+    wrong types: one line naming the lock (it was a TypeError, 'internal error', exit 1)."""
+    lock = tmp_path / "Cargo.lock"
+    lock.write_text(text)
+    with pytest.raises(InputError) as caught:
+        lock_graph(lock)
+    assert message in str(caught.value) and str(lock) in str(caught.value)
 
 
 # --- formats against their schemas ---------------------------------------------------------

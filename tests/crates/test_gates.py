@@ -165,6 +165,11 @@ def test_deny_kinds_and_yanked(db_url: str, tmp_path: Path) -> None:
         ("[advisories]\nignore = [\n  'RUSTSEC-2026-0009',\n]\n", ":2: advisories.ignore"),
         ("[advisories]\n\nseverity-threshold = 'severe'\n", ":3: advisories.severity-threshold"),
         ("[advisories]\nmax-advisory-age = 'a month'\n", ":2: advisories.max-advisory-age"),
+        # past timedelta's range: was an internal error (OverflowError), exit 1
+        (
+            "[advisories]\nmax-advisory-age = 'P99999999999999999999D'\n",
+            ":2: advisories.max-advisory-age",
+        ),
         ("[licenses]\nallow = ['MIT']\nalow = ['ISC']\n", ":3: licenses.alow"),
         ("[advisories]\nignore = [{ id = 'X-1', reason = 'r', until = 'soon' }]\n", ":2:"),
         ("[advisories\n", ":"),

@@ -78,6 +78,15 @@ def test_index_lines_of_another_crate_or_against_the_rules_are_skipped() -> None
         parse_index_file(index_line("b", "1.0.0"), "a")
 
 
+def test_an_index_line_nested_too_deep_is_one_unreadable_line() -> None:
+    """A line nested deeper than the JSON decoder recurses was a RecursionError that failed
+    the whole crate ('unexpected RecursionError'); it is one unreadable line, the others count."""
+    deep = "[" * 100_000 + "]" * 100_000
+    parsed = parse_index_file("\n".join([index_line("serde", "1.0.0"), deep]), "serde")
+    assert [v.vers for v in parsed.versions] == ["1.0.0"]
+    assert [(p.line, p.reason) for p in parsed.problems] == [(2, "not JSON: nested too deeply")]
+
+
 def urls(registry: Registry) -> list[str]:
     return ["--index-url", registry.index.url + "/", "--api-url", registry.api.url + "/"]
 

@@ -195,13 +195,15 @@ async def test_import_scope_hits_reimport_and_withdrawal(db_url: str, registry: 
 def test_size_limits_and_junk_entries() -> None:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
-        archive.writestr("big.json", json.dumps({"id": "X", "details": "x" * 5000}))
+        archive.writestr("big.json", json.dumps({"id": "X", "details": "x" * 9000}))
         archive.writestr("junk.json", "{not json")
+        # nested deeper than the JSON decoder recurses: junk too, not the end of the import
+        archive.writestr("deep.json", "[" * 3000 + "]" * 3000)
         archive.writestr("ok.json", json.dumps(record("RUSTSEC-2016-0001")))
     report = ImportReport()
-    got = list(read_advisories(buffer.getvalue(), report.read, max_entry=4000))
+    got = list(read_advisories(buffer.getvalue(), report.read, max_entry=8000))
     assert [r["id"] for r in got] == ["RUSTSEC-2016-0001"]
-    assert (report.read.skipped_too_large, report.read.skipped_invalid) == (1, 1)
+    assert (report.read.skipped_too_large, report.read.skipped_invalid) == (1, 2)
 
 
 def test_cli_vulns_from_the_loopback_origin_then_audit(
@@ -320,6 +322,27 @@ def test_malformed_records_are_skipped_by_id_and_the_import_goes_on(tmp_path: Pa
     assert {(r["OSV_ID"], r["PRODUCT_KEY"]) for r in table(stored, stored.vuln_raw)} == {
         ("RUSTSEC-2016-0001", "openssl"),
         ("RUSTSEC-2099-0003", "broken"),  # stored, with no range: it hits nothing
+    }
+
+
+def test_fields_of_the_wrong_type_skip_their_record_or_field_not_the_import(
+    tmp_path: Path,
+) -> None:
+    """`aliases` that is not a list (also on a RUSTSEC record, which GHSA duplicates are folded
+    into) and a severity whose `type` is a list were TypeErrors that ended the whole import:
+    the first record is skipped by id, the second imported without its severity."""
+    no_list = one_range({"introduced": "1.0.0"}, crate="aliased")
+    no_list.update(id="RUSTSEC-2099-0004", aliases=1)
+    odd_severity = one_range({"introduced": "1.0.0"}, crate="rated")
+    odd_severity.update(id="RUSTSEC-2099-0005", severity=[{"type": ["CVSS_V3"], "score": "x"}])
+    db = Database(f"sqlite:///{tmp_path / 'm.db'}")
+    report = ImportReport()
+    records = [record("RUSTSEC-2016-0001"), no_list, odd_severity]
+    import_advisories(db, read_advisories(zip_of(records), report.read), "all", report)
+    assert report.problems == ["RUSTSEC-2099-0004: aliases is not a list of strings"]
+    assert {(r["OSV_ID"], r["PRODUCT_KEY"]) for r in table(db, db.vuln_raw)} == {
+        ("RUSTSEC-2016-0001", "openssl"),
+        ("RUSTSEC-2099-0005", "rated"),
     }
 
 

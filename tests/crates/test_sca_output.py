@@ -72,6 +72,14 @@ def test_output_file_quiet_and_exit_codes(project: tuple[str, Path, Path], tmp_p
         "--output", str(tmp_path / "missing" / "r.json"),
     )  # fmt: skip
     assert nowhere.returncode == 2 and "missing" in nowhere.stderr and nowhere.stdout == ""
+    # a folder where the file is expected: said so, naming it (the error named a temporary
+    # file `.NAME.xxxx` beside it)
+    folder = stagecrawl(
+        "crates", "audit", "--lockfile", str(lock), "--db", db, "--output", str(tmp_path)
+    )
+    assert folder.returncode == 2 and folder.stdout == ""
+    assert f"--output {tmp_path} is a folder" in folder.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["report.sarif"]
 
     quiet_clean = stagecrawl("-q", "crates", "audit", "--lockfile", str(clean), "--db", db)
     assert quiet_clean.returncode == 0 and quiet_clean.stdout == ""

@@ -32,6 +32,18 @@ def make(settings: FetchSettings | None = None, speedup: float = 1000.0) -> Fetc
     return Fetcher(settings or FetchSettings(), clock=ScaledClock(speedup), rng=random.Random(7))
 
 
+async def test_a_json_body_nested_too_deep_is_a_value_error_saying_what_came(
+    origin: TestOrigin,
+) -> None:
+    """Callers turn a ValueError from `json()` into a failure of one unit; a RecursionError
+    (JSON nested deeper than the decoder recurses) got past them and ended the run."""
+    origin.add("deep.json", "[" * 100_000 + "]" * 100_000)
+    async with make() as fetcher:
+        result = await fetcher.get(origin.url + "/deep.json")
+    with pytest.raises(ValueError, match=r"expected JSON from .*deep\.json"):
+        result.json()
+
+
 async def test_user_agent_carries_version_and_contact(origin: TestOrigin) -> None:
     origin.add("x.json", {"a": 1})
     async with make(FetchSettings(contact="ops@example.org")) as fetcher:

@@ -78,3 +78,28 @@ def test_a_corrupt_store_is_reported_not_overwritten(tmp_path: Path) -> None:
     with pytest.raises(StorageError, match="not a JSON store"):
         JsonStore(path)
     assert path.read_text() == "{not json"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"[" * 100_000 + b"]" * 100_000, b"\xff\x00\x00\x00not text"],
+    ids=["nested too deep", "not UTF-8"],
+)
+def test_a_store_nested_too_deep_or_not_text_is_reported_not_overwritten(
+    tmp_path: Path, body: bytes
+) -> None:
+    """Were a RecursionError and a UnicodeDecodeError: 'internal error', exit 1."""
+    path = tmp_path / "s.json"
+    path.write_bytes(body)
+    with pytest.raises(StorageError, match="not a JSON store"):
+        JsonStore(path)
+    assert path.read_bytes() == body
+
+
+def test_a_journal_line_it_did_not_write_ends_the_replay_like_a_torn_one(tmp_path: Path) -> None:
+    """A line of another shape (`[1]`, an object without its key) was a TypeError or a
+    KeyError; the replay keeps what came before it, as for a line torn by a crash."""
+    path = tmp_path / "s.json"
+    path.write_text('{"a": 1}')
+    (tmp_path / "s.json.journal").write_text('{"k": "b", "v": 2}\n[1]\n{"k": "c", "v": 3}\n')
+    assert sorted(JsonStore(path).items()) == [("a", 1), ("b", 2)]

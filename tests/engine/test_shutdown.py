@@ -4,6 +4,9 @@ exchange on the wire the grace period after a stop, then cancels it: never an un
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
+import subprocess
 
 import pytest
 
@@ -11,6 +14,8 @@ from stagecrawl.engine.fetcher import Fetcher, FetchSettings
 from stagecrawl.engine.ratelimit import Lane, Lanes
 from stagecrawl.engine.shutdown import GracefulStop, Interrupted
 from stagecrawl.testing.origin import TestOrigin
+from tests.cli import spawn
+from tests.conftest import SilentServer
 
 
 def unpaced(origin: TestOrigin) -> Fetcher:
@@ -47,3 +52,30 @@ async def test_an_exchange_past_the_grace_period_is_cancelled(origin: TestOrigin
         with pytest.raises(Interrupted, match="past the grace period"):
             await asked  # without the cancel it would return the answer, 3 s on
     assert len(origin.log) == 1
+
+
+def test_a_second_signal_exits_at_once_while_the_loop_is_blocked(
+    silent_server: SilentServer,
+) -> None:
+    """A command whose event loop is held by a synchronous call (here: connecting to a
+    database that does not answer, for up to its 120 s connect timeout) still exits on the
+    second SIGINT, as promised; the loop's own signal handlers waited for the call to end.
+    (The communicate timeout is only a guard against that wait.)"""
+    url = f"mysql+pymysql://crawler@127.0.0.1:{silent_server.port}/sca?connect_timeout=120"
+    command = spawn(
+        "crates", "crawl", "serde", "--index-url", "http://127.0.0.1:9/", "--db", url,
+        env={"STAGECRAWL_CONTACT": "t@example.org"},
+    )  # fmt: skip
+    try:
+        assert silent_server.accepted.wait(60)  # connecting: the loop's thread is held
+        for _ in range(100):  # two signals sent at once may arrive as one: repeat them
+            command.send_signal(signal.SIGINT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                command.wait(0.3)
+            if command.returncode is not None:
+                break
+        _out, err = command.communicate(timeout=60)
+    finally:
+        command.kill()
+    assert command.returncode == 130, err
+    assert "second interrupt: exiting now" in err

@@ -4,6 +4,7 @@ hit for hit, with an independent OSV evaluation (tests/pypi/osv_reference.py).""
 from __future__ import annotations
 
 import json
+from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -143,3 +144,23 @@ def test_cli_audit_of_a_repository_at_each_tag(advisories_db: str, tmp_path: Pat
     hits = json.loads(done.stdout)["hits"]
     assert {h["version"] for h in hits} == {"2.18.0"}
     assert any("app@v1" in str(h) for h in hits)
+
+
+def test_a_lock_of_no_pypi_package_is_a_clean_audit(tmp_path: Path) -> None:
+    """A project without PyPI dependencies (its uv.lock holds only itself, editable): the audit
+    of its lock passes with 0 packages, as `crates audit` does for a workspace-only Cargo.lock.
+    It was 'say what to audit: NAME==VERSION … or --lockfile PATH', exit 2, to a command given
+    --lockfile (a CI gate that failed for want of dependencies)."""
+    url = f"sqlite:///{tmp_path / 'osv.db'}"
+    bundled = Path(str(resources.files("stagecrawl.demo") / "data" / "osv-pypi"))
+    import_osv(Database(url), bundled, "all", 4 * 1024 * 1024)
+    lock = tmp_path / "uv.lock"
+    lock.write_text(
+        'version = 1\nrequires-python = ">=3.11"\n\n[[package]]\nname = "myapp"\n'
+        'version = "0.1.0"\nsource = { editable = "." }\n'
+    )
+    done = stagecrawl("pypi", "audit", "--lockfile", str(lock), "--db", url, "--format", "json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["vulnerabilities"] == 0
+    nothing = stagecrawl("pypi", "audit", "--db", url)  # no pin, no lock: still a usage error
+    assert nothing.returncode == 2 and "say what to audit" in nothing.stderr

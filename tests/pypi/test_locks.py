@@ -125,8 +125,18 @@ def test_poetry_1_1_hashes_come_from_metadata_files() -> None:
             'version = "1"\n',
             "no valid name",
         ),
+        # were TypeErrors, an 'internal error' and exit 1: a name that is a list, files or
+        # wheels that are not lists
+        ("poetry.lock", '[metadata]\nlock-version = "2.0"\n[[package]]\nname = ["x"]\n'
+         'version = "1"\n', "no valid name"),
+        ("poetry.lock", '[metadata]\nlock-version = "2.0"\n[[package]]\nname = "x"\n'
+         'version = "1"\nfiles = 1\n', "'x': `files` is not a list"),
+        ("uv.lock", 'version = 1\n[[package]]\nname = "x"\nversion = "1"\n'
+         'source = {registry = "x"}\nwheels = 1\n', "'x': `wheels` is not a list"),
+        ("pylock.toml", 'lock-version = "1.0"\n[[packages]]\nname = "x"\nversion = "1"\n'
+         "wheels = true\n", "'x': `wheels` is not a list"),
     ],
-)
+)  # fmt: skip
 def test_malformed_lock_files_are_one_line_errors(name: str, text: str, message: str) -> None:
     with pytest.raises(InputError) as caught:
         parse_lock(text, name)

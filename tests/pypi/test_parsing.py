@@ -144,6 +144,12 @@ def test_bad_pages_are_refused() -> None:
         parse_simple_page(b'{"files": "nope"}', "u", "x")
     with pytest.raises(SimpleFormatError, match=r"version 2\.0"):
         parse_simple_page(b'{"meta": {"api-version": "2.0"}, "files": []}', "u", "x")
+    # nested deeper than the decoder recurses: was a RecursionError that ended the whole run
+    deep = b"[" * 100_000 + b"]" * 100_000
+    with pytest.raises(SimpleFormatError, match="not JSON"):
+        parse_simple_page(deep, "u", "x")
+    with pytest.raises(SimpleFormatError, match="not JSON"):
+        parse_json_api(deep)
 
 
 def test_core_metadata() -> None:

@@ -29,7 +29,7 @@ from stagecrawl.engine.progress import ProgressReporter
 from stagecrawl.engine.ratelimit import Lane, Lanes, Rate
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.engine.work import LoopSettings
-from stagecrawl.errors import ConfigError, StorageError
+from stagecrawl.errors import ConfigError, InputError, StorageError
 from stagecrawl.pauses import Waiting
 from stagecrawl.settings import DEFAULTS, Settings
 
@@ -217,6 +217,11 @@ CSV_FIELDS = [
 
 def export_csv(out: Path) -> Path:
     """specs.json as one flat row per model: first value of each field, in SI-style units."""
+    if not (out / "specs.json").is_file():  # a mistyped --out: no empty CSV, no new folder
+        raise InputError(
+            f"no specs.json in {out}: nothing crawled there yet (stagecrawl aircraft crawl"
+            f" --out {out})"
+        )
     store = JsonStore(out / "specs.json")
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, CSV_FIELDS, lineterminator="\n")

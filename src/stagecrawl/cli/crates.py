@@ -463,7 +463,9 @@ def dbdump_command(
     source: Annotated[
         str, typer.Option("--source", help="URL or local path of db-dump.tar.gz.")
     ] = DEFAULT_DUMP_URL,
-    max_gb: Annotated[float, typer.Option("--max-gb", min=0.001, help="Largest download.")] = 8.0,
+    max_gb: Annotated[
+        float, typer.Option("--max-gb", min=0.001, max=1e6, help="Largest download.")
+    ] = 8.0,
     fmt: FormatOption = Format.table,
     db: Db = None,
     contact: Contact = None,

@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from stagecrawl.cli.common import state
-from stagecrawl.errors import InputError
+from stagecrawl.errors import InputError, StorageError
 from stagecrawl.secrets import redact
 
 OutputOption = Annotated[
@@ -60,13 +60,19 @@ def table_text(
 def atomic_write(path: Path, text: str) -> None:
     """Write `text` to `path` through a temporary file in the same folder and a rename."""
     folder = path.parent if str(path.parent) else Path(".")
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
+    try:
+        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
+    except OSError as exc:  # the error would name the temporary file, not --output
+        raise StorageError(f"cannot write --output {path}: {exc.strerror or exc}") from None
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
             stream.write(text)
             stream.flush()
             os.fsync(stream.fileno())
         os.replace(temporary, path)
+    except OSError as exc:
+        Path(temporary).unlink(missing_ok=True)
+        raise StorageError(f"cannot write --output {path}: {exc.strerror or exc}") from None
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
@@ -76,6 +82,8 @@ def check_output(path: Path | None) -> None:
     """Refuse an --output whose folder does not exist before any work is done."""
     if path is not None and not (path.parent if str(path.parent) else Path(".")).is_dir():
         raise InputError(f"--output {path}: the folder {path.parent} does not exist")
+    if path is not None and path.is_dir():
+        raise InputError(f"--output {path} is a folder: give the report's file name")
 
 
 def deliver(text: str, output: Path | None, code: int) -> None:

@@ -210,16 +210,22 @@ def lock_graph(path: Path) -> DependencyGraph:
     depends on (None when the lock has several)."""
     try:
         document = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as exc:
         raise InputError(f"cannot read {path}: {exc}") from None
-    entries = [e for e in document.get("package") or [] if isinstance(e, dict)]
+    packages = document.get("package") or []
+    if not isinstance(packages, list):
+        raise InputError(f"{path} is not a Cargo.lock: `package` is not [[package]] tables")
+    entries = [e for e in packages if isinstance(e, dict)]
     nodes = [(str(e.get("name")), str(e.get("version"))) for e in entries]
     by_name: dict[str, list[tuple[str, str]]] = {}
     for node in nodes:
         by_name.setdefault(node[0], []).append(node)
     edges: dict[tuple[str, str], list[tuple[str, str]]] = {}
     for entry, node in zip(entries, nodes, strict=True):
-        for text in entry.get("dependencies") or []:
+        dependencies = entry.get("dependencies") or []
+        if not isinstance(dependencies, list):
+            raise InputError(f"{path}: {node[0]} {node[1]}: `dependencies` is not a list")
+        for text in dependencies:
             name, _, rest = str(text).partition(" ")
             version = rest.split(" ")[0] if rest else None
             candidates = by_name.get(name, [])

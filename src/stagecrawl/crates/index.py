@@ -163,6 +163,8 @@ def _parse_line(line: str, valid_names: Collection[str] = ()) -> IndexVersion:
         entry, end = _scan_once(line, 0)
     except (StopIteration, ValueError):
         end = -1
+    except RecursionError:  # nested deeper than the decoder recurses: one bad line
+        raise _BadLine("not JSON: nested too deeply", _version_in(line)) from None
     if end != len(line):  # not one JSON value alone: json.loads decides, and says why
         try:
             entry = json.loads(line)

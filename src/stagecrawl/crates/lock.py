@@ -54,7 +54,7 @@ def parse_lockfile(text: str, where: str) -> list[LockedPackage]:
     through v4). Raises InputError naming `where` when it is not TOML or has no packages."""
     try:
         document = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, RecursionError) as exc:  # Recursion: nested too deeply
         raise InputError(f"{where} is not a Cargo.lock: not TOML ({exc})") from None
     version = document.get("version", 1)
     if version not in LOCK_VERSIONS:

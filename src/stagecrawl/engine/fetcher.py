@@ -132,7 +132,9 @@ class FetchResult:
         type and first bytes: an HTML error page, a captive portal), not a parser's column."""
         try:
             return json.loads(self.content)
-        except ValueError as exc:  # JSONDecodeError, or bytes that are not UTF-8 at all
+        # JSONDecodeError, bytes that are not UTF-8 at all, or JSON nested deeper than the
+        # decoder recurses (a RecursionError: it is junk from the server all the same)
+        except (ValueError, RecursionError) as exc:
             kind = self.headers.get("Content-Type", "no content type")
             start = self.content[:60].decode("utf-8", errors="replace")
             shown = " ".join(start.split()) + ("…" if len(self.content) > 60 else "")

@@ -17,6 +17,7 @@ from pathlib import Path
 from stagecrawl.engine.commands import CommandResult, CommandTimeout, run_command
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.errors import InputError
+from stagecrawl.secrets import register_url
 
 # git may only talk these protocols: never `fd::`, `ext::` or other transports that run
 # commands or wait on a file descriptor.
@@ -56,6 +57,9 @@ class GitRepo:
     """A bare clone in the cache, reused (and fetched) by later runs."""
 
     def __init__(self, location: str, cache_dir: Path, stop: GracefulStop | None = None) -> None:
+        # A remote's credentials (`https://TOKEN@host/…`, `https://u:pw@host/…`) are masked in
+        # every message that quotes the location (git's own errors included).
+        register_url(location)
         self.location = location
         self.stop = stop
         local = Path(location).expanduser()

@@ -78,8 +78,9 @@ class JsonStore:
             if raw.strip():
                 try:
                     loaded = json.loads(raw)
-                except json.JSONDecodeError as exc:
-                    raise StorageError(f"{self.path} is not a JSON store: {exc}") from exc
+                # not JSON, not UTF-8 text, or nested deeper than the decoder recurses
+                except (ValueError, RecursionError) as exc:
+                    raise StorageError(f"{self.path} is not a JSON store: {exc}") from None
                 if not isinstance(loaded, dict):
                     raise StorageError(f"{self.path} does not hold a JSON object")
                 self._data = loaded
@@ -88,8 +89,10 @@ class JsonStore:
             for line in self.journal_path.read_bytes().splitlines():
                 try:
                     entry = json.loads(line)
-                except json.JSONDecodeError:
+                except (ValueError, RecursionError):
                     break  # a torn last line: the crash hit while it was being written
+                if not isinstance(entry, dict) or not ("d" in entry or "k" in entry):
+                    break  # not a line this store wrote: read no further, as for a torn one
                 if "d" in entry:
                     self._data.pop(entry["d"], None)
                 else:

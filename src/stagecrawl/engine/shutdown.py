@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Awaitable, Iterator
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from stagecrawl.settings import DEFAULTS
 
@@ -142,13 +142,16 @@ class GracefulStop:
         if self.signal is None:
             self.signal = signum
         if self._signals >= 2:
-            sys.stderr.write("second interrupt: exiting now; the next run resumes\n")
-            sys.stderr.flush()
-            os._exit(self.exit_code)
+            self._exit_now()
         log.warning("stopping: finishing %s (interrupt again to exit now)", self.finishing)
         self._requested_at = time.monotonic()
         self._flag.set()
         self.event.set()
+
+    def _exit_now(self) -> NoReturn:
+        sys.stderr.write("second interrupt: exiting now; the next run resumes\n")
+        sys.stderr.flush()
+        os._exit(self.exit_code)
 
     async def cancelling(self, awaitable: Awaitable[T]) -> T:
         """Await `awaitable`, but a stop request cancels it at once and raises Interrupted:
@@ -209,15 +212,32 @@ class GracefulStop:
 
     @contextlib.contextmanager
     def on_signals(self, enabled: bool = True) -> Iterator[None]:
-        """Route SIGINT and SIGTERM to `request` while the block runs (main thread only)."""
+        """Route SIGINT and SIGTERM to `request` while the block runs (main thread only).
+
+        The loop's handlers (`add_signal_handler`) hear a signal through its wakeup file, but
+        run on the loop: while a synchronous call holds the loop's thread (connecting to a
+        database that does not answer, reading a lock file from a pipe) they wait for it, and
+        so did the second signal that promises to exit at once. So the signal module's handler
+        under them (asyncio's is a no-op) counts the signals in the main thread, whatever it
+        is blocked in, and the second exits there and then."""
         loop = asyncio.get_running_loop()
         installed: list[signal.Signals] = []
         token = _current.set(self)
+        received = 0
+
+        def second_exits(signum: int, _frame: Any) -> None:
+            nonlocal received
+            received += 1
+            if received >= 2:
+                self.signal = self.signal or signal.Signals(signum)
+                self._exit_now()
+
         if enabled:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                     loop.add_signal_handler(sig, self.request, sig)
                     installed.append(sig)
+                    signal.signal(sig, second_exits)  # the wakeup file stays the loop's
         try:
             yield
         finally:

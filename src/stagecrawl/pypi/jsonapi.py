@@ -48,7 +48,7 @@ def parse_json_api(content: bytes) -> ApiRelease:
         raise SimpleFormatError("an HTML page where the JSON API was asked for")
     try:
         document = json.loads(content)
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # Recursion: too deep
         raise SimpleFormatError(f"JSON API reply is not JSON ({str(exc)[:80]})") from None
     info = document.get("info") if isinstance(document, dict) else None
     if not isinstance(info, dict) or not isinstance(info.get("name"), str):

@@ -64,6 +64,8 @@ def kind_of(path: str, text: str) -> str:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError:
         return REQUIREMENTS
+    except RecursionError as exc:  # TOML nested too deeply to read: not a lock file either
+        raise InputError(f"{path}: not a lock file stagecrawl reads ({exc})") from None
     if "lock-version" in document:
         return PYLOCK
     if isinstance(document.get("metadata"), dict) and "lock-version" in document["metadata"]:
@@ -81,7 +83,7 @@ def parse_lock(text: str, path: str, where: str | None = None) -> LockFile:
         return parse_requirements(text, where)
     try:
         document = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, RecursionError) as exc:  # Recursion: nested too deeply
         raise InputError(f"{where} is not a {kind}: not TOML ({exc})") from None
     if kind == POETRY:
         return parse_poetry(document, where)
@@ -183,7 +185,12 @@ def parse_poetry(document: dict[str, Any], where: str) -> LockFile:
         if isinstance(source, dict) and source.get("type") in ("git", "directory", "file", "url"):
             lock.skipped.append(f"{entry.get('name')} ({source.get('type')})")
             continue
-        files = entry.get("files") or (old_files or {}).get(entry.get("name"), [])
+        name = entry.get("name")
+        files = entry.get("files") or []
+        if not files and isinstance(name, str):
+            files = (old_files or {}).get(name, [])
+        if not isinstance(files, list):
+            raise InputError(f"{where}: {name!r}: `files` is not a list")
         hashes = [str(f["hash"]) for f in files if isinstance(f, dict) and "hash" in f]
         lock.releases.append(_release(entry.get("name"), entry.get("version"), where, hashes))
     return lock
@@ -208,12 +215,19 @@ def parse_uv(document: dict[str, Any], where: str) -> LockFile:
             lock.skipped.append(f"{entry.get('name')} ({kind})")
             continue
         hashes: list[str] = []
-        sdist = entry.get("sdist")
-        for dist in [sdist, *(entry.get("wheels") or [])]:
+        for dist in _dists(entry, where):
             if isinstance(dist, dict) and isinstance(dist.get("hash"), str):
                 hashes.append(dist["hash"])
         lock.releases.append(_release(entry.get("name"), entry.get("version"), where, hashes))
     return lock
+
+
+def _dists(entry: dict[str, Any], where: str) -> list[Any]:
+    """A uv.lock or pylock.toml package's sdist and wheels (whose hashes it records)."""
+    wheels = entry.get("wheels") or []
+    if not isinstance(wheels, list):
+        raise InputError(f"{where}: {entry.get('name')!r}: `wheels` is not a list")
+    return [entry.get("sdist"), *wheels]
 
 
 def parse_pylock(document: dict[str, Any], where: str) -> LockFile:
@@ -235,7 +249,7 @@ def parse_pylock(document: dict[str, Any], where: str) -> LockFile:
             lock.skipped.append(f"{entry.get('name')} ({foreign})")
             continue
         hashes: list[str] = []
-        for dist in [entry.get("sdist"), *(entry.get("wheels") or [])]:
+        for dist in _dists(entry, where):
             if isinstance(dist, dict) and isinstance(dist.get("hashes"), dict):
                 hashes += [f"{k}:{v}" for k, v in dist["hashes"].items()]
         lock.releases.append(_release(entry.get("name"), entry.get("version"), where, hashes))

@@ -125,7 +125,7 @@ def audit_inputs(
         packages += lock_packages(lock)
         skipped += len(lock.skipped)
         problems += [f"{lock.where}: {line} (unpinned, not audited)" for line in lock.unpinned]
-    if not packages and not problems:
+    if not packages and not problems and not locks:  # a lock of no PyPI package: a clean audit
         raise InputError("say what to audit: NAME==VERSION … or --lockfile PATH")
     return AuditInputs(packages, skipped, problems)
 

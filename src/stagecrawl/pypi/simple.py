@@ -172,7 +172,7 @@ def parse_simple_page(content: bytes, page_url: str, project: str) -> SimpleProj
         raise SimpleFormatError("an HTML page where the Simple API JSON was asked for")
     try:
         document = json.loads(content)
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # Recursion: too deep
         raise SimpleFormatError(f"not JSON ({str(exc)[:80]})") from None
     if not isinstance(document, dict) or not isinstance(document.get("files"), list):
         raise SimpleFormatError("not a Simple API project page (no files list)")

@@ -102,7 +102,7 @@ class _File:
             raise ConfigError(f"{path}: cannot read: {exc}") from None
         try:
             self.data = tomllib.loads(self.text)
-        except tomllib.TOMLDecodeError as exc:
+        except (tomllib.TOMLDecodeError, RecursionError) as exc:  # Recursion: nested too deeply
             raise ConfigError(f"{path}: not TOML: {exc}") from None
 
     def line_of(self, table: str, key: str) -> int | None:
@@ -217,16 +217,21 @@ def parse_threshold(value: Any) -> float | str | None:
 def parse_duration(value: Any) -> timedelta | None:
     """Days as a number, `30d`, or an ISO 8601 duration (`P90D`, as cargo-deny writes it);
     None when `value` is none of these."""
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return timedelta(days=value)
-    if isinstance(value, str):
-        text = value.strip()
-        if re.fullmatch(r"\d+d?", text):
-            return timedelta(days=int(text.rstrip("d")))
-        match = _ISO_DURATION.match(text)
-        if match and text not in ("P", "PT"):
-            weeks, days, hours, minutes, seconds = (int(g or 0) for g in match.groups())
-            return timedelta(weeks=weeks, days=days, hours=hours, minutes=minutes, seconds=seconds)
+    try:
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return timedelta(days=value)
+        if isinstance(value, str):
+            text = value.strip()
+            if re.fullmatch(r"\d+d?", text):
+                return timedelta(days=int(text.rstrip("d")))
+            match = _ISO_DURATION.match(text)
+            if match and text not in ("P", "PT"):
+                weeks, days, hours, minutes, seconds = (int(g or 0) for g in match.groups())
+                return timedelta(
+                    weeks=weeks, days=days, hours=hours, minutes=minutes, seconds=seconds
+                )
+    except OverflowError:  # past timedelta's 999,999,999 days: no duration either
+        return None
     return None
 
 

@@ -27,7 +27,7 @@ CVSS_TYPES = ("CVSS_V3", "CVSS_V4", "CVSS_V2")
 def vuln_id(advisory: dict[str, Any], primary_prefix: str = "") -> str:
     """The id the Go-compatible VULN_ID columns hold: the CVE alias if there is one, else the
     ecosystem database's id (RUSTSEC-…), else the OSV id."""
-    aliases = [str(a) for a in advisory.get("aliases") or []]
+    aliases = [str(a) for a in _listed(advisory.get("aliases"))]
     osv_id = str(advisory["id"])
     for candidate in sorted(a for a in aliases if a.startswith("CVE-")):
         return candidate
@@ -177,7 +177,9 @@ def cvss_vector(advisory: dict[str, Any]) -> str | None:
         by_type = {
             s.get("type"): s.get("score")
             for s in severities
-            if isinstance(s, dict) and isinstance(s.get("score"), str)
+            if isinstance(s, dict)
+            and isinstance(s.get("type"), str)
+            and isinstance(s.get("score"), str)
         }
         for kind in CVSS_TYPES:
             if kind in by_type:
@@ -264,7 +266,7 @@ def merge_duplicates(
     primary = {str(r["id"]): r for r in records if str(r["id"]).startswith(primary_prefix)}
     named_by: dict[str, set[str]] = {}
     for rid, r in primary.items():
-        for alias in r.get("aliases") or []:
+        for alias in _listed(r.get("aliases")):  # not a list: parse_advisory says so
             named_by.setdefault(str(alias), set()).add(rid)
     merged: dict[str, dict[str, Any]] = {}
     kept: list[dict[str, Any]] = []
@@ -282,7 +284,7 @@ def merge_duplicates(
         for target in targets:
             into = merged.setdefault(target, copy.copy(primary[target]))
             into["aliases"] = sorted(
-                ({str(a) for a in into.get("aliases") or []} | {own, *map(str, aliases or [])})
+                ({str(a) for a in _listed(into.get("aliases"))} | {own, *map(str, aliases or [])})
                 - {target}
             )
             mine, theirs = parse_time(into.get("modified")), parse_time(r.get("modified"))
@@ -290,6 +292,11 @@ def merge_duplicates(
                 into["modified"] = r["modified"]
     result = [merged.get(rid, r) for rid, r in primary.items()] + kept
     return result, folded
+
+
+def _listed(value: Any) -> list[Any]:
+    """A record's list field, or nothing when the record holds something else there."""
+    return value if isinstance(value, list) else []
 
 
 def folded_ids(source: list[dict[str, Any]], primary_prefix: str) -> set[str]:
@@ -300,5 +307,6 @@ def folded_ids(source: list[dict[str, Any]], primary_prefix: str) -> set[str]:
         return result
     for record in source:
         if str(record["id"]).startswith(primary_prefix):
-            result |= {str(a) for a in record.get("aliases") or [] if not str(a).startswith("CVE-")}
+            aliases = _listed(record.get("aliases"))
+            result |= {str(a) for a in aliases if not str(a).startswith("CVE-")}
     return result

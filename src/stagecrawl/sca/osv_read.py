@@ -64,7 +64,7 @@ def _one(body: bytes, name: str, report: ReadReport, max_entry: int) -> Iterator
         return
     try:
         record = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):  # Recursion: too deep
         report.skipped_invalid += 1
         log.warning("skipping %s: not JSON", name)
         return

@@ -72,10 +72,15 @@ def import_reference(db: Database, path: Path) -> int:
             records = json.loads(text)
         except json.JSONDecodeError as exc:
             raise InputError(f"{path} is not JSON: {exc.msg} (line {exc.lineno})") from None
+        except RecursionError as exc:  # nested too deeply to read
+            raise InputError(f"{path} is not JSON stagecrawl reads: {exc}") from None
         if isinstance(records, dict):
             records = records.get("licenses", [])
     else:
-        records = list(csv.DictReader(text.splitlines()))
+        try:
+            records = list(csv.DictReader(text.splitlines()))
+        except csv.Error as exc:  # a field past the csv module's limit, a NUL
+            raise InputError(f"{path} is not CSV stagecrawl reads: {exc}") from None
     rows: list[dict[str, Any]] = []
     for number, record in enumerate(records, start=1):
         try:
@@ -93,7 +98,7 @@ def import_reference(db: Database, path: Path) -> int:
                     "URL": (record.get("URL") or None),
                 }
             )
-        except (KeyError, TypeError, ValueError, re.error, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, re.error, AttributeError, RecursionError) as exc:
             raise InputError(f"{path}: record {number} is not a license row: {exc}") from None
     db.transaction(lambda conn: upsert(conn, db.license, rows))
     return len(rows)

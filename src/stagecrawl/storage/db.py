@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import random
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -423,11 +424,13 @@ class Database:
             kwargs = {"connect_args": {"timeout": 30, "cached_statements": 16}}
             if read_only:
                 parsed = _sqlite_read_only(parsed)
-        else:
-            kwargs["connect_args"] = {"connect_timeout": 10}
+        elif "connect_timeout" not in parsed.query:  # the URL's own, if it sets one
+            kwargs["connect_args"] = {"connect_timeout": CONNECT_TIMEOUT}
         try:
             self.engine: Engine = create_engine(parsed, **kwargs)
-        except (ArgumentError, NoSuchModuleError, ImportError) as exc:
+        except (ArgumentError, NoSuchModuleError, ImportError, ValueError, TypeError) as exc:
+            # ValueError, TypeError: a query value the dialect converts (`?read_timeout=soon`,
+            # `?port=x` for PyMySQL) is a bad URL, not an internal error.
             raise StorageError(f"cannot use database URL {self.safe_url}: {exc}") from None
         self.dialect = self.engine.dialect.name
         if self.dialect == "sqlite":
@@ -443,6 +446,8 @@ class Database:
             raise StorageError(
                 f"cannot reach database {self.safe_url}: {_first_line(exc)}"
             ) from None
+        except (ValueError, TypeError) as exc:  # the driver refused a query value (`?port=x`)
+            raise StorageError(f"cannot use database URL {self.safe_url}: {exc}") from None
         self._reached = True
         self.collation = ci
         mysql_kw: dict[str, Any] = (
@@ -675,7 +680,10 @@ class Database:
         attempt = 0
         while True:
             try:
-                connection = dialect.connect(*cargs, **cparams)
+                if dialect.driver == "pymysql" and not cparams.get("unix_socket"):
+                    connection = _pymysql_connect_within(dialect, cargs, cparams)
+                else:
+                    connection = dialect.connect(*cargs, **cparams)
             except dialect.loaded_dbapi.Error as exc:
                 if not self._reached or not is_connection_loss(exc):
                     raise
@@ -890,8 +898,62 @@ def is_conflict(exc: BaseException) -> bool:
 # exception), shutdown by an administrator or a crash (57P01, 57P02), cannot connect now
 # (57P03: starting up, recovering); psycopg reports a refused connect or a dropped socket as
 # an OperationalError without a SQLSTATE.
+CONNECT_TIMEOUT = 10  # seconds: a server database's connection, its handshake included
 _LOST_CODES = {2002, 2003, 2006, 2013, 2055, 1053, 1927, 4031}
 _LOST_SQLSTATES = {"57P01", "57P02", "57P03"}
+
+
+def _pymysql_connect_within(dialect: Any, cargs: Any, cparams: dict[str, Any]) -> Any:
+    """A PyMySQL connection whose whole handshake is bounded by `connect_timeout`.
+
+    PyMySQL bounds only the TCP connect: the server's greeting and the login are then read with
+    no timeout, so a port where another service listens (Redis, an HTTP server: each waits for
+    the client to speak first) or a server that accepts and never answers held the command for
+    ever, deaf to SIGINT. So the connection is made on a socket of our own (PyMySQL's public
+    `connect(sock)`), which a timer shuts down if the handshake is not over in time."""
+    dbapi = dialect.loaded_dbapi
+    timeout = float(cparams.get("connect_timeout") or CONNECT_TIMEOUT)
+    connection = dialect.connect(*cargs, **{**cparams, "defer_connect": True})
+    where = f"{connection.host}:{connection.port}"
+    bind = cparams.get("bind_address")
+    try:
+        sock = socket.create_connection(
+            (connection.host, connection.port), timeout, (bind, 0) if bind else None
+        )
+    except OSError as exc:  # as PyMySQL words it: a connection that could not be made
+        raise dbapi.OperationalError(
+            2003, f"Can't connect to MySQL server on {where} ({exc})"
+        ) from None
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    lock = threading.Lock()
+    state = {"done": False, "cut": False}
+
+    def cut() -> None:
+        with lock:
+            if not state["done"]:
+                state["cut"] = True
+                with contextlib.suppress(OSError):  # wakes the blocked read: it reads EOF
+                    sock.shutdown(socket.SHUT_RDWR)
+
+    timer = threading.Timer(timeout, cut)
+    timer.daemon = True
+    timer.start()
+    try:
+        connection.connect(sock)
+    except dbapi.Error:
+        if state["cut"]:  # 2013: a lost connection, so an outage mid-run is waited out
+            raise dbapi.OperationalError(
+                2013,
+                f"no MySQL handshake from {where} within {timeout:g}s"
+                " (is a MySQL or MariaDB server listening there?)",
+            ) from None
+        raise
+    finally:
+        with lock:
+            state["done"] = True
+        timer.cancel()
+    return connection
 
 
 def is_connection_loss(exc: BaseException) -> bool:
