@@ -46,6 +46,9 @@ def one_line(stderr: str) -> str:
         (["crates", "crawl", "x" * 65], "longer than 64"),
         (["crates", "crawl", "sérde"], "ASCII"),
         (["crates", "lock", "--lockfile", "{lockfile}"], "not TOML"),
+        # a lock file is one resolution: a tag asked beside it would be ignored
+        (["crates", "lock", "--lockfile", "{lockfile}", "--tag", "v1"], "with --lockfile"),
+        (["crates", "lock", "--lockfile", "{lockfile}", "--all-tags"], "with --lockfile"),
         (["crates", "seed", "--file", "{seeds}"], ":2: invalid crate name"),
     ],
 )

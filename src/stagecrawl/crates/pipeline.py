@@ -256,6 +256,12 @@ async def lock_inputs(
 ) -> LockInputs:
     if (repo is None) == (lockfile is None):
         raise InputError("give either a repository or --lockfile PATH")
+    if lockfile is not None and (tags or pattern or all_tags):
+        # a lock file is one resolution already: a tag would be silently ignored
+        raise InputError(
+            "--tag, --tags-matching and --all-tags choose a repository's tags;"
+            " with --lockfile give none (--label names its input)"
+        )
     if lockfile is not None:
         try:
             text = lockfile.read_text(encoding="utf-8")
@@ -412,8 +418,8 @@ async def run_lock(
     """`crates lock`: the inputs are checked (a bad lock file refused) before anything is asked
     or opened; then each tag's lock is registered."""
     cache = Path(s.cache_dir)
-    if lockfile is not None:
-        await lock_inputs(None, [], None, False, lockfile, label, cache, stop)
+    if lockfile is not None:  # read from disk alone: nothing cloned or asked
+        await lock_inputs(repo, tags, pattern, all_tags, lockfile, label, cache, stop)
     fetcher = crates_fetcher(s)  # settings checked before a repository is cloned
     async with fetcher:
         inputs = await lock_inputs(repo, tags, pattern, all_tags, lockfile, label, cache, stop)
