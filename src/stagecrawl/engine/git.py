@@ -65,7 +65,10 @@ class GitRepo:
         local = Path(location).expanduser()
         self.source = str(local.resolve()) if local.exists() else location
         digest = hashlib.sha256(self.source.encode()).hexdigest()[:16]
-        self.label = re.sub(r"\.git$", "", self.source.rstrip("/").rsplit("/", 1)[-1]) or "repo"
+        # The name is the path's last part: never a query or fragment (`?token=…`), which would
+        # be stored in REF_TAGS and written into the cache's folder name.
+        path = re.split(r"[?#]", self.source, maxsplit=1)[0]
+        self.label = re.sub(r"\.git$", "", path.rstrip("/").rsplit("/", 1)[-1]) or "repo"
         self.path = cache_dir.resolve() / "repos" / f"{self.label}-{digest}.git"
 
     async def _git(self, *args: str, what: str) -> CommandResult:
