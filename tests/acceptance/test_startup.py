@@ -7,6 +7,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -51,9 +52,7 @@ def test_help_imports_no_engine_database_or_pipeline() -> None:
 
 
 # Runs `stagecrawl status` in a child that holds still right after it has imported WHEN (and
-# says so on stderr), so the signal lands mid-start-up whatever the machine's load: reading
-# `-X importtime` lines instead raced the child, which under load had often finished (exit 2,
-# no database) before the parent read the line and signalled.
+# says so on stderr), so the signal lands mid-start-up, never after the child has finished.
 HOLD_AFTER_IMPORT = """
 import importlib.machinery, runpy, sys, time
 when, db = sys.argv[1], sys.argv[2]
@@ -68,7 +67,7 @@ class HoldAfter:
         def exec_module(module):
             run(module)
             print("IMPORTED", name, file=sys.stderr, flush=True)
-            time.sleep(120)  # inside the import statement: the signal comes now
+            time.sleep(30)  # inside the import statement: the signal comes now
 
         spec.loader.exec_module = exec_module
         return spec
@@ -79,21 +78,39 @@ runpy.run_module("stagecrawl", run_name="__main__", alter_sys=True)
 """
 
 
+def sigint_ignored() -> None:
+    """How a shell without job control starts a background job (`stagecrawl … &`)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def sigint_default() -> None:
+    """How a terminal starts a command (whatever this test process was started with)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize(
-    ("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"]
+    ("signum", "code", "started"),
+    [
+        (signal.SIGINT, 130, sigint_default),
+        (signal.SIGTERM, 143, sigint_default),
+        (signal.SIGINT, 130, sigint_ignored),
+    ],
+    ids=["SIGINT", "SIGTERM", "SIGINT-in-a-background-job"],
 )
 @pytest.mark.parametrize("when", ["typer", "stagecrawl.cli.commands", "sqlalchemy.engine"])
 def test_a_signal_during_start_up_exits_quietly(
-    signum: int, code: int, when: str, tmp_path: Path
+    signum: int, code: int, started: Callable[[], None], when: str, tmp_path: Path
 ) -> None:
     """The signal lands while the CLI is still importing (just after `when` was imported,
-    inside the import that asked for it): 130/143, and never a traceback."""
+    inside the import that asked for it): 130/143, and never a traceback; also when the
+    command was started with SIGINT ignored, as a script's background job is."""
     proc = subprocess.Popen(
         [sys.executable, "-c", HOLD_AFTER_IMPORT, when, f"sqlite:///{tmp_path}/no.db"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=cli_env(),
+        preexec_fn=started,
     )
     assert proc.stderr is not None
     seen: list[str] = []

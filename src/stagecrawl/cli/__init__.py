@@ -26,7 +26,11 @@ def main() -> None:
     """Run the app; a usage error (unknown option, a value out of range) is one line and exit
     2 like every other bad input, not a framed usage block."""
     # Until a command installs its own handlers (cli/common.py's `run`), SIGTERM ends the
-    # process as 143 and SIGINT as 130, with no traceback, even mid-import.
+    # process as 143 and SIGINT as 130, with no traceback, even mid-import. SIGINT is set
+    # here too: a shell without job control starts a background job (`stagecrawl … &` in a
+    # script) with SIGINT ignored, and Python then leaves it ignored; the command's own
+    # handlers take SIGINT anyway once it runs, so start-up would be the one deaf phase.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _terminated)
     try:
         if sys.argv[1:] == ["--version"]:
