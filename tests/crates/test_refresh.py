@@ -194,3 +194,29 @@ def test_a_long_retry_after_leaves_every_crate_waiting_not_failed(tmp_path: Path
         assert after.returncode == 0, after.stderr
         assert json.loads(after.stdout)["refresh"]["changed"] == [names[0]]
         assert "rerun after that" not in after.stderr
+
+
+def test_what_waits_after_a_refresh_and_its_collect_is_counted_once(tmp_path: Path) -> None:
+    """One crate changed; the index host then pauses before the other three are asked, and the
+    collect that follows cannot ask it about the changed crate either: four wait in all (three
+    crates not asked, one event not attempted), each counted once."""
+    root = tmp_path / "reg"
+    names = [f"paused-{i}" for i in range(4)]
+    one_version_each(root, names)
+    with TestOrigin(root / "index") as index, TestOrigin(root / "api") as api_origin:
+        db = f"sqlite:///{tmp_path / 'r.db'}"
+        urls = ["--index-url", index.url + "/", "--api-url", api_origin.url + "/", "--db", db]
+        urls += ["--index-rate", "1000", "--api-rate", "1000", "--concurrency", "1"]
+        assert stagecrawl("crates", "crawl", *names, *urls).returncode == 0
+        write_index(root, names[0], [index_line(names[0], "1.0.0"), index_line(names[0], "1.1.0")])
+        for name in names[1:]:
+            index.rule(f"/pa/us/{name}", too_many=10**9, retry_after="900")
+
+        paused = stagecrawl("crates", "refresh", *urls, "--format", "json")
+        assert paused.returncode == 1, paused.stderr
+        document = json.loads(paused.stdout)
+        assert document["refresh"]["changed"] == [names[0]]
+        assert document["refresh"]["new_events"] == 1 and "collect" in document  # it ran
+        assert sorted(document["refresh"]["waiting"]) == names[1:]
+        assert document["waiting"]["items"] == 3 + 1
+        assert paused.stderr.count("rerun after that") == 1, paused.stderr

@@ -91,7 +91,7 @@ def _gather_names(names: list[str] | None, seeds_file: Path | None) -> list[str]
 MAX_REASON_LINES = 20  # per kind; `stagecrawl status` lists every event on a ladder
 
 
-def render_collect(report: pipeline.CollectReport, fmt: Format) -> None:
+def render_collect(report: pipeline.CollectReport, fmt: Format, waiting: bool = True) -> None:
     from stagecrawl.crates.queue import COLLECTED, NOT_FOUND, SKIPPED
 
     def tables() -> None:
@@ -145,7 +145,7 @@ def render_collect(report: pipeline.CollectReport, fmt: Format) -> None:
         show("collect" if summary is not None else "seed traffic", rows)
 
     emit(fmt, report.as_json(), tables)
-    print_reasons(report)
+    print_reasons(report, waiting)
 
 
 def _index_problems(report: pipeline.CollectReport) -> dict[str, list[str]]:
@@ -157,9 +157,10 @@ def _index_problems(report: pipeline.CollectReport) -> dict[str, list[str]]:
     return problems
 
 
-def print_reasons(report: pipeline.CollectReport) -> None:
+def print_reasons(report: pipeline.CollectReport, waiting: bool = True) -> None:
     """Why something failed, one whole line per crate on stderr (never a wrapped table cell),
-    in either format: what a user reads first when the exit code is not 0."""
+    in either format: what a user reads first when the exit code is not 0; then the waiting
+    line, unless the caller prints its own (`waiting=False`: refresh says what waits in all)."""
     lines: list[tuple[str, str]] = []
     seed = report.seed
     if seed is not None:
@@ -185,8 +186,8 @@ def print_reasons(report: pipeline.CollectReport) -> None:
     for kind, line in lines:
         colour = "bold red" if kind == "failed" else "yellow"
         console.print(f"[{colour}]{kind}:[/] {escape(line)}", highlight=False, soft_wrap=True)
-    # work not attempted: one line, off the retry ladder
-    print_waiting(report.waiting, sum(report.requests.values()))
+    if waiting:  # work not attempted: one line, off the retry ladder
+        print_waiting(report.waiting, sum(report.requests.values()))
 
 
 async def _crawl(
@@ -438,10 +439,8 @@ def refresh_command(
                 rows["not checked (interrupted)"] = checked.not_checked
             show("refresh", rows)
             if collected is not None:
-                render_collect(collected, Format.table)
+                render_collect(collected, Format.table, waiting=False)
 
-        if collected is not None:  # its one waiting line says what waits in all
-            collected.waiting = report.waiting
         emit(fmt, report.as_json(), tables)
         for name, reason in sorted(checked.failed.items()):
             line = f"{name}: {reason}"
@@ -450,9 +449,9 @@ def refresh_command(
             line = f"{name}: unreadable index lines: {'; '.join(problems[:10])}"
             console.print(f"[yellow]skipped:[/] {escape(line)}", highlight=False, soft_wrap=True)
         if collected is not None and fmt is Format.json:
-            print_reasons(collected)
-        elif collected is None:
-            print_waiting(report.waiting, sum(report.requests.values()))
+            print_reasons(collected, waiting=False)
+        # one line for what waits in all: the crates not asked and the events not attempted
+        print_waiting(report.waiting, sum(report.requests.values()))
         return exit_code(report.problems, report.interrupted, stop)
 
     run(body, s.grace_period)
