@@ -148,6 +148,32 @@ def test_read_only_output_folder(mirror: Mirror, tmp_path: Path) -> None:
         assert demo.returncode == 2 and "cannot write" in one_line(demo.stderr)
 
 
+def test_a_database_on_read_only_media_is_read(mirror: Mirror, tmp_path: Path) -> None:
+    """A database file copied alone onto read-only media (a snapshot, a read-only volume) is
+    read by the read-only commands: SQLite cannot make the WAL index there, and said only
+    'unable to open database file'. With commits still in its WAL it is refused in one line
+    that says why."""
+    made = tmp_path / "made.db"
+    crawl = stagecrawl("crates", "crawl", "serde", "--db", f"sqlite:///{made}", *mirror.urls())
+    assert crawl.returncode == 0, crawl.stderr
+    # The command merged its WAL into the file as it exited: the file alone is the database.
+    wal = tmp_path / "made.db-wal"
+    assert not wal.exists() or wal.stat().st_size == 0
+    with tmpfs(tmp_path / "ro", "size=4m") as folder:
+        (folder / "x.db").write_bytes(made.read_bytes())
+        (folder / "pending.db").write_bytes(made.read_bytes())
+        (folder / "pending.db-wal").write_bytes(b"\0" * 4096)  # commits not merged yet
+        remounted = subprocess.run(["mount", "-o", "remount,ro", str(folder)], capture_output=True)
+        assert remounted.returncode == 0, remounted.stderr
+        status = stagecrawl("status", "--format", "json", "--db", f"sqlite:///{folder / 'x.db'}")
+        assert status.returncode == 0, status.stderr
+        versions = len(dump(f"sqlite:///{made}")["TB_COMP_LIB_VERSION_RUST"])
+        assert versions > 0 and json.loads(status.stdout)["crates"]["versions"] == versions
+        refused = stagecrawl("status", "--db", f"sqlite:///{folder / 'pending.db'}")
+        assert refused.returncode == 2
+        assert "pending.db-shm" in one_line(refused.stderr)
+
+
 def test_full_disk_keeps_what_was_written(mirror: Mirror, tmp_path: Path) -> None:
     with tmpfs(tmp_path / "small", "size=4m") as folder:
         url = f"sqlite:///{folder / 'x.db'}"

@@ -9,6 +9,7 @@ compact JSON written by stagecrawl, so every backend stores the same bytes.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import logging
@@ -17,6 +18,7 @@ import random
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -385,6 +387,22 @@ def build_metadata(
     return metadata
 
 
+# SQLite databases this process writes, merged into their file when the process exits.
+_WRITTEN_SQLITE: weakref.WeakSet[Database] = weakref.WeakSet()
+
+
+@atexit.register
+def _merge_sqlite_wal_at_exit() -> None:
+    """Close the pooled connections of every SQLite database written here, so the last
+    connection's close merges the WAL into the database file (SQLite's checkpoint on close).
+    A process that only exits leaves its last commits (up to ~4 MB) in `stagecrawl.db-wal`:
+    safe for SQLite, but a backup or a copy of `stagecrawl.db` alone then lacks them, and on
+    read-only media the file cannot be read at all."""
+    for db in list(_WRITTEN_SQLITE):
+        with contextlib.suppress(Exception):  # an exit never fails on its clean-up
+            db.dispose()
+
+
 class Database:
     """An open database with stagecrawl's tables created on first use."""
 
@@ -436,6 +454,7 @@ class Database:
         if self.dialect == "sqlite":
             if not read_only:
                 _check_sqlite_folder(parsed.database)
+                _WRITTEN_SQLITE.add(self)
             _sqlite_immediate_transactions(self.engine, read_only, sqlite_memory_mb)
         else:
             event.listen(self.engine, "do_connect", self._connect_through_outages)
@@ -482,7 +501,8 @@ class Database:
             with self.engine.connect() as conn:
                 present = set(inspect(conn).get_table_names())
         except SQLAlchemyError as exc:
-            raise StorageError(f"cannot read {self.safe_url}: {_first_line(exc)}") from None
+            hint = _read_only_hint(self.sqlite_path) if self.is_sqlite else ""
+            raise StorageError(f"cannot read {self.safe_url}: {_first_line(exc)}{hint}") from None
         if self.list.name not in present and self.list.name.lower() not in present:
             raise StorageError(f"no stagecrawl tables in {self.safe_url}: nothing collected yet")
         # A reader cannot upgrade (`upgrade` alters tables): a table made by an older
@@ -799,8 +819,44 @@ def _sqlite_read_only(url: URL) -> URL:
         raise StorageError("a read-only command needs a database file, not :memory:")
     if not Path(path).is_file():
         raise StorageError(f"no database at {path}: nothing collected yet (or a wrong --db)")
+    query = {"mode": "ro", "uri": "true"}
+    if _immutable(Path(path)):
+        query["immutable"] = "1"
     # SQLAlchemy's documented form: the file: URI as database, mode and uri as query.
-    return url.set(database=f"file:{Path(path).resolve()}", query={"mode": "ro", "uri": "true"})
+    return url.set(database=f"file:{Path(path).resolve()}", query=query)
+
+
+def _immutable(path: Path) -> bool:
+    """Whether SQLite may read `path` as immutable: it is on a file system mounted read-only
+    (a snapshot, a CD, a read-only volume in a container) and no commits wait in its WAL.
+
+    Our databases are in WAL mode, and a reader of a WAL database needs the `-shm` index
+    beside it, which SQLite cannot create on read-only media: it says only "unable to open
+    database file". Nothing can change a file there, so reading it without locks and without
+    the index is safe (CPython's dbm.sqlite3 does the same, gh-135386). Anywhere else another
+    process may be writing, so the locks stay."""
+    try:
+        read_only_media = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+        wal = path.with_name(f"{path.name}-wal")
+        pending = wal.exists() and wal.stat().st_size > 0
+    except OSError:
+        return False
+    return read_only_media and not pending
+
+
+def _read_only_hint(path: str | None) -> str:
+    """Why SQLite could not open a database to read it, where it only says 'unable to open'."""
+    if not path:
+        return ""
+    file = Path(path.removeprefix("file:"))
+    folder = file.parent
+    if os.access(folder, os.W_OK):
+        return ""
+    return (
+        f" ({folder} is not writable, and a reader of a database in WAL mode needs"
+        f" {file.name}-shm beside it: copy the database to a writable folder, or"
+        " ask its owner to make that file)"
+    )
 
 
 def _sqlite_immediate_transactions(
