@@ -852,6 +852,14 @@ def _read_only_hint(path: str | None) -> str:
     folder = file.parent
     if os.access(folder, os.W_OK):
         return ""
+    with contextlib.suppress(OSError):
+        if os.statvfs(file).f_flag & os.ST_RDONLY:
+            return (
+                f" (it is on a read-only file system and {file.name}-wal holds commits not"
+                " merged into it, which SQLite can read only with the"
+                f" {file.name}-shm index it cannot make there: copy both files to writable"
+                " storage)"
+            )
     return (
         f" ({folder} is not writable, and a reader of a database in WAL mode needs"
         f" {file.name}-shm beside it: copy the database to a writable folder, or"
