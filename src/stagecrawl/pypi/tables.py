@@ -34,7 +34,7 @@ def event_list(db: Database) -> EventList:
 
 
 def seed_queue(db: Database) -> SqlQueue:
-    return SqlQueue(db, seed_spec(tables(db).seed))
+    return SqlQueue(db, seed_spec(tables(db).seed.name))
 
 
 def versions(db: Database) -> VersionTable:
