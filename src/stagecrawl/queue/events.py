@@ -36,6 +36,24 @@ from stagecrawl.queue.table import utcnow
 from stagecrawl.storage.bulk import executemany
 from stagecrawl.storage.db import Database, in_values
 
+__all__ = [
+    "CLAIMABLE",
+    "COLLECTED",
+    "GAVE_UP",
+    "LIST_CODES",
+    "NOT_FOUND",
+    "PENDING",
+    "SKIPPED",
+    "STATE_NAMES",
+    "TRANSIENT_FIRST",
+    "TRANSIENT_LAST",
+    "EventList",
+    "NewEvent",
+    "RegisterCounts",
+    "list_spec",
+    "seed_spec",
+]
+
 
 @dataclass(frozen=True)
 class NewEvent:
@@ -81,25 +99,6 @@ def _tags_json(tags: Iterable[str]) -> str:
 
 def _merge_sources(existing: str, new: str) -> str:
     return ",".join(sorted(set(filter(None, existing.split(","))) | {new}))
-
-
-__all__ = [
-    "CLAIMABLE",
-    "COLLECTED",
-    "GAVE_UP",
-    "LIST_CODES",
-    "NOT_FOUND",
-    "PENDING",
-    "SKIPPED",
-    "STATE_NAMES",
-    "TRANSIENT_FIRST",
-    "TRANSIENT_LAST",
-    "EventList",
-    "NewEvent",
-    "RegisterCounts",
-    "list_spec",
-    "seed_spec",
-]
 
 
 class EventList(EventListReads):
