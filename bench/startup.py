@@ -7,10 +7,11 @@ stagecrawl …`, this tree's `src` first on PYTHONPATH); the table shows the med
 and its ratio to the interpreter's own start-up (`python -c pass`) and to the import of the
 CLI framework alone (typer with its help renderer), both measured in the same run; a third
 baseline adds the pydantic that typer imports to coerce any option's value (every command that
-runs, and every sub-command's `--help`, pays it). `status` runs twice: on a missing database
-(an error before any query) and on an empty one (what a user runs: SQLAlchemy, its dialect, the
-counts). With
-`--against`, the same commands from another tree (e.g. main's `src`) run interleaved with
+runs, and every sub-command's `--help`, pays it). `status` runs three times: on a missing
+database (an error before any query), on an empty one named by `--db` (every count read), and
+on the default database in the folder it runs in (`stagecrawl status` as a user types it; on
+SQLite its reads use the standard library's sqlite3, storage/reads.py). With `--against`, the
+same commands from another tree (e.g. main's `src`) run interleaved with
 these, for a before/after under the same load. Issue 20's targets: `--version` ≤ 0.15 s,
 `--help` and `status` ≤ 0.4 s (median of 5 on an idle machine).
 """
@@ -31,14 +32,17 @@ from rich.console import Console
 from rich.table import Table
 
 SRC = Path(__file__).resolve().parents[1] / "src"
+DEFAULT_DB = "sqlite:///stagecrawl.db"  # storage/db.py's DEFAULT_DB_URL, as a user has it
 
 
-def seconds(argv: list[str], env: dict[str, str]) -> tuple[float, float, int]:
+def seconds(
+    argv: list[str], env: dict[str, str], cwd: Path | None = None
+) -> tuple[float, float, int]:
     """Wall time, the child's CPU time (user + system: less moved by other processes' load
     than the wall time is), exit code."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    done = subprocess.run(argv, capture_output=True, env=env)
+    done = subprocess.run(argv, capture_output=True, env=env, cwd=cwd)
     took = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
@@ -69,6 +73,11 @@ def main() -> None:
         empty = f"sqlite:///{Path(tmp) / 'empty.db'}"
         create = f"from stagecrawl.storage.db import Database; Database({empty!r})"
         subprocess.run([*python, "-c", create], env=envs["this tree"], check=True)
+        # the default database (sqlite:///stagecrawl.db), in the folder status runs in
+        home = Path(tmp) / "home"
+        home.mkdir()
+        default = f"from stagecrawl.storage.db import Database; Database({DEFAULT_DB!r})"
+        subprocess.run([*python, "-c", default], env=envs["this tree"], check=True, cwd=home)
         cases = [
             ("python -c pass (baseline)", [*python, "-c", "pass"]),
             ("import typer + its help renderer", [*python, "-c", "import typer.rich_utils"]),
@@ -87,23 +96,26 @@ def main() -> None:
                 "stagecrawl status (empty database)",
                 [*python, "-m", "stagecrawl", "status", "--db", empty],
             ),
+            ("stagecrawl status (default database)", [*python, "-m", "stagecrawl", "status"]),
         ]
-        for _, argv in cases:  # the warm-up that writes the bytecode
+        # each command in a folder of its own but the default database's status
+        where = {label: home if "default" in label else None for label, _ in cases}
+        for label, argv in cases:  # the warm-up that writes the bytecode
             for env in envs.values():
-                seconds(argv, env)
+                seconds(argv, env, where[label])
         times: dict[tuple[str, str], list[float]] = {}
         cpus: dict[tuple[str, str], list[float]] = {}
         codes: dict[tuple[str, str], int] = {}
         for _ in range(args.runs):  # interleaved: a change of load hits every row alike
             for label, argv in cases:
                 for tree, env in envs.items():
-                    took, cpu, code = seconds(argv, env)
+                    took, cpu, code = seconds(argv, env, where[label])
                     times.setdefault((label, tree), []).append(took)
                     cpus.setdefault((label, tree), []).append(cpu)
                     codes[(label, tree)] = code
     load = f"load average {load_before:.1f} → {os.getloadavg()[0]:.1f}"
     table = Table(title=f"start-up, median of {args.runs} ({load})", title_justify="left")
-    columns = ["command", "tree", "exit", "median s", "× python", "× typer import"]
+    columns = ["command", "tree", "exit", "median s", "range s", "× python", "× typer import"]
     columns += ["× against"] if args.against else []
     columns += ["CPU s"] + (["CPU × against"] if args.against else [])
     for column in columns:
@@ -118,6 +130,7 @@ def main() -> None:
                 tree,
                 str(codes[(label, tree)]),
                 f"{median:.3f}",
+                f"{min(times[(label, tree)]):.2f}–{max(times[(label, tree)]):.2f}",
                 f"{median / baseline:.1f}",
                 f"{median / framework:.2f}",
             ]

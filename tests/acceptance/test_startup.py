@@ -104,8 +104,11 @@ def test_a_signal_during_start_up_exits_quietly(
     """The signal lands while the CLI is still importing (just after `when` was imported,
     inside the import that asked for it): 130/143, and never a traceback; also when the
     command was started with SIGINT ignored, as a script's background job is."""
+    # a driver named: status opens it through SQLAlchemy (a plain sqlite:/// URL is read with
+    # the standard library's sqlite3 and never imports sqlalchemy.engine)
+    db = f"sqlite+pysqlite:///{tmp_path}/no.db"
     proc = subprocess.Popen(
-        [sys.executable, "-c", HOLD_AFTER_IMPORT, when, f"sqlite:///{tmp_path}/no.db"],
+        [sys.executable, "-c", HOLD_AFTER_IMPORT, when, db],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -46,7 +46,7 @@ CODES = LadderCodes(finished={1: "done"})
 
 def jobs_table(metadata: MetaData, db: Database, indexed: bool = False) -> Table:
     """`indexed`: with the claim indexes (state, group) and (requeue, group), so claims read
-    each rung and the requeued rows apart (`QueueTable.indexed_claims`)."""
+    each rung and the requeued rows apart (`SqlQueue.indexed_claims`)."""
     claim_indexes = (
         [Index("IX_TEST_JOBS_STEP", "STEP", "BATCH"), Index("IX_TEST_JOBS_REDO", "REDO", "BATCH")]
         if indexed
@@ -70,7 +70,7 @@ def jobs_table(metadata: MetaData, db: Database, indexed: bool = False) -> Table
 
 def jobs_spec(table: Table, requeue: str | None = None) -> QueueTable:
     return QueueTable(
-        table,
+        table.name,
         id="JOB",
         group="BATCH",
         state="STEP",
@@ -110,9 +110,9 @@ def queue(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlQueue]:
         for n in range(3)
     ]
     db.transaction(lambda conn: conn.execute(table.insert(), rows))
-    spec = jobs_spec(table, "REDO")
-    assert spec.indexed_claims == indexed
-    yield SqlQueue(db, spec)
+    queue = SqlQueue(db, jobs_spec(table, "REDO"), table)
+    assert queue.indexed_claims == indexed
+    yield queue
     metadata.drop_all(db.engine)
     db.dispose()
 
@@ -271,7 +271,7 @@ def indexed_queue(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Sq
     table = jobs_table(metadata, db, indexed=True)
     metadata.drop_all(db.engine)
     metadata.create_all(db.engine)
-    yield SqlQueue(db, jobs_spec(table, "REDO"))
+    yield SqlQueue(db, jobs_spec(table, "REDO"), table)
     metadata.drop_all(db.engine)
     db.dispose()
 

@@ -24,34 +24,61 @@ from stagecrawl.cli.common import (
     settings_from,
 )
 from stagecrawl.components import open_database
-from stagecrawl.crates import tables as crates_tables
-from stagecrawl.crates.queue import PENDING, STATE_NAMES, event_list, seed_queue, utcnow
 from stagecrawl.engine.progress import summary_table
 from stagecrawl.errors import StorageError
 from stagecrawl.pypi.status import status as pypi_status
-from stagecrawl.queue import Workers
-from stagecrawl.secrets import redact_data
-from stagecrawl.storage.db import Database
+from stagecrawl.queue.lists import PENDING, STATE_NAMES
+from stagecrawl.queue.reads import WorkerReads, registry_reads
+from stagecrawl.queue.table import utcnow
+from stagecrawl.secrets import mask_url, redact_data
+from stagecrawl.storage.names import RUST
+from stagecrawl.storage.reads import ReadSource, SqliteFile, sqlite_file
 
 if TYPE_CHECKING:
     from stagecrawl.engine.shutdown import GracefulStop
+    from stagecrawl.settings import Settings
 
 
-def crates_status(db: Database) -> dict[str, Any]:
+def database_status(s: Settings) -> dict[str, Any]:
+    """The database's part of `status`, read-only. A plain SQLite file is read with the
+    standard library (no SQLAlchemy to load: issue 20's start-up budget); any other URL, or a
+    file those reads fail on (a database made by an older stagecrawl, not stagecrawl's),
+    through `Database`, which names the problem as every command does."""
+    path = sqlite_file(s.db)
+    if path is not None:
+        try:
+            return _database_status(SqliteFile(s.db, path))
+        except sqlite3.Error as exc:
+            if "locked" in str(exc):  # its busy timeout is waited out: no second wait below
+                raise StorageError(f"cannot read {mask_url(s.db)}: {exc}") from None
+            # told below, as by every command (an older table, a file not stagecrawl's)
+    return _database_status(open_database(s, read_only=True))
+
+
+def _database_status(source: ReadSource) -> dict[str, Any]:
+    document: dict[str, Any] = {"crates": crates_status(source)}
+    pypi = pypi_status(source)
+    if pypi is not None:
+        document["pypi"] = pypi
+    return document
+
+
+def crates_status(source: ReadSource) -> dict[str, Any]:
     """Asks the owners: the LIST and seed queues for their ladders, the table owners for
     totals, the worker table for who is working."""
-    events, seeds = event_list(db), seed_queue(db)
-    with db.reading() as conn:
-        by_state = events.queue.by_state(conn)
-        by_source = events.sources(conn)
-        resync = events.queue.count(conn, requeue=True)
-        reasons = events.queue.on_ladder(conn, 20)
-        seed_ladder = seeds.on_ladder(conn, 50)
-        pending_seeds = seeds.count(conn, PENDING)
-        versions = crates_tables.versions(db).count(conn)
-        products = crates_tables.products(db).count(conn)
+    tables = registry_reads(RUST)
+    events, seeds = tables.events, tables.seeds
+    with source.reads() as r:
+        by_state = events.queue.by_state(r)
+        by_source = events.sources(r)
+        resync = events.queue.count(r, requeue=True)
+        reasons = events.queue.on_ladder(r, 20)
+        seed_ladder = seeds.on_ladder(r, 50)
+        pending_seeds = seeds.count(r, PENDING)
+        versions = tables.versions.count(r)
+        products = tables.products.count(r)
     return {
-        "database": db.safe_url,
+        "database": source.safe_url,
         "list": [
             {"processed": p, "meaning": STATE_NAMES.get(p, "?"), "events": n} for p, n in by_state
         ],
@@ -62,19 +89,19 @@ def crates_status(db: Database) -> dict[str, Any]:
         "seeds_pending": pending_seeds,
         "versions": versions,
         "products": products,
-        "workers": live_workers(db),
-        **lease_holders(db),
+        "workers": live_workers(source),
+        **lease_holders(source),
     }
 
 
-def lease_holders(db: Database) -> dict[str, Any]:
+def lease_holders(source: ReadSource) -> dict[str, Any]:
     """Who holds leases on the LIST, how many, since when, how alive (the queue package's
     view), and what waits for a pause, not attempted."""
     now = utcnow()
-    events = event_list(db).queue
-    with db.reading() as conn:
-        holders = Workers(db).holders(conn, events)
-        waiting = events.waiting(conn)
+    events = registry_reads(RUST).events.queue
+    with source.reads() as r:
+        holders = WorkerReads().holders(r, events)
+        waiting = events.waiting(r)
     return {
         "lease_holders": [
             {
@@ -99,23 +126,23 @@ def lease_holders(db: Database) -> dict[str, Any]:
     }
 
 
-def live_workers(db: Database) -> list[dict[str, Any]]:
+def live_workers(source: ReadSource) -> list[dict[str, Any]]:
     """Workers whose heartbeat is within the last minute, their leases and rates."""
-    with db.reading() as conn:
-        rows = Workers(db).live(conn)
-        leases = event_list(db).queue.leases(conn)
+    with source.reads() as r:
+        rows = WorkerReads().live(r)
+        leases = registry_reads(RUST).events.queue.leases(r)
     result = []
     for row in rows:
-        seconds = max(1.0, (row.HEARTBEAT - row.STARTED).total_seconds())
+        seconds = max(1.0, (row.heartbeat - row.started).total_seconds())
         result.append(
             {
-                "worker": row.WORKER_ID,
-                "since": str(row.STARTED),
-                "leased_events": leases.get(row.WORKER_ID, 0),
-                "events_done": row.EVENTS_DONE,
-                "events_per_second": round(row.EVENTS_DONE / seconds, 2),
-                "requests": row.REQUESTS,
-                "shared_limit": bool(row.SHARED_LIMIT),
+                "worker": row.worker,
+                "since": str(row.started),
+                "leased_events": leases.get(row.worker, 0),
+                "events_done": row.events_done,
+                "events_per_second": round(row.events_done / seconds, 2),
+                "requests": row.requests,
+                "shared_limit": row.shared_limit,
             }
         )
     return result
@@ -173,11 +200,7 @@ def status(
     def body() -> int:
         document: dict[str, Any] = {}
         if aircraft is None or s.sources["db"] != "default":
-            database = open_database(s, read_only=True)
-            document["crates"] = crates_status(database)
-            pypi = pypi_status(database)
-            if pypi is not None:
-                document["pypi"] = pypi
+            document.update(database_status(s))
         if aircraft is not None:
             document["aircraft"] = aircraft_status(aircraft)
         document = redact_data(document)  # a stored reason may quote a secret

@@ -60,7 +60,7 @@ def event_list(db: Database) -> EventList:
 
 
 def seed_queue(db: Database) -> SqlQueue:
-    return SqlQueue(db, seed_spec(db.seed))
+    return SqlQueue(db, seed_spec(db.seed.name))
 
 
 def next_failure_state(processed: int) -> int:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from stagecrawl.crates.semver import SEMVER
 from stagecrawl.storage.db import Database
+from stagecrawl.storage.names import RUST
 from stagecrawl.storage.owners import ProductTable, VersionTable
 
 LANGUAGE, REPOSITORY = "rust", "Cargo"
-CODE = "RUST"  # TB_COMP_LIB_RUST_LIST, TB_COMP_LIB_VERSION_RUST, TB_COMP_LIB_PRODUCT_RUST
+CODE = RUST.code  # TB_COMP_LIB_RUST_LIST, TB_COMP_LIB_VERSION_RUST, TB_COMP_LIB_PRODUCT_RUST
 
 
 def versions(db: Database) -> VersionTable:

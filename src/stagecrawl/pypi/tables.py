@@ -12,9 +12,10 @@ from stagecrawl.pypi.versions import is_final, sort_key
 from stagecrawl.queue import SqlQueue
 from stagecrawl.queue.events import EventList, seed_spec
 from stagecrawl.storage.db import Database, RegistryTables
+from stagecrawl.storage.names import PYPI
 from stagecrawl.storage.owners import ProductTable, VersionOrder, VersionTable
 
-CODE = "PYPI"
+CODE = PYPI.code
 LANGUAGE, REPOSITORY = "python", "PyPI"
 # An invalid version (`unknown`) sorts below every valid one and is never a final release.
 PEP440 = VersionOrder(key=sort_key, is_prerelease=lambda version: not is_final(version))
@@ -34,7 +35,7 @@ def event_list(db: Database) -> EventList:
 
 
 def seed_queue(db: Database) -> SqlQueue:
-    return SqlQueue(db, seed_spec(tables(db).seed))
+    return SqlQueue(db, seed_spec(tables(db).seed.name))
 
 
 def versions(db: Database) -> VersionTable:

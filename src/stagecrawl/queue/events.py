@@ -1,12 +1,9 @@
 """The organisation's LIST table (`TB_COMP_LIB_<X>_LIST`, one row per package version event)
-as a queue: its ladder codes, its declaration, and registering events (an idempotent upsert).
+as a queue, and registering events (an idempotent upsert). Its ladder codes and declaration
+are queue/lists.py's (re-exported here), its status reads queue/reads.py's.
 
 The same for every registry; the registry gives its identity rules (`identity`: the name as
 the group key, `event_key`: the row id of name@version).
-
-PROCESSED ladder (docs/schema.md): 0 pending · 1 collected · 2 skipped, already in VERSION ·
-4 not found in the registry · 30–34 transient failure number 1–5 · 39 given up. RESYNC makes a
-finished event claimable again and clears itself when the event is done.
 """
 
 from __future__ import annotations
@@ -16,68 +13,46 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Table, bindparam, func, or_, select, update
+from sqlalchemy import Connection, Table, bindparam, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
-from stagecrawl.queue.ladder import LadderCodes
+from stagecrawl.queue.lists import (
+    CLAIMABLE,
+    COLLECTED,
+    GAVE_UP,
+    LIST_CODES,
+    NOT_FOUND,
+    PENDING,
+    SKIPPED,
+    STATE_NAMES,
+    TRANSIENT_FIRST,
+    TRANSIENT_LAST,
+    list_spec,
+    seed_spec,
+)
+from stagecrawl.queue.reads import EventListReads
 from stagecrawl.queue.sql import SqlQueue
-from stagecrawl.queue.table import QueueTable, utcnow
+from stagecrawl.queue.table import utcnow
 from stagecrawl.storage.bulk import executemany
 from stagecrawl.storage.db import Database, in_values
 
-PENDING, COLLECTED, SKIPPED, NOT_FOUND = 0, 1, 2, 4
-LIST_CODES = LadderCodes(
-    finished={
-        COLLECTED: "collected",
-        SKIPPED: "skipped (already in VERSION)",
-        NOT_FOUND: "not found in the index",
-    }
-)
-TRANSIENT_FIRST, TRANSIENT_LAST, GAVE_UP = (
-    LIST_CODES.first_failure,
-    LIST_CODES.last_failure,
-    LIST_CODES.gave_up,
-)
-CLAIMABLE = LIST_CODES.claimable
-STATE_NAMES = LIST_CODES.names
-
-
-def list_spec(table: Table) -> QueueTable:
-    """A LIST table's columns: events grouped by package (CRATE_NAME), leased."""
-    return QueueTable(
-        table,
-        id="ID",
-        group="CRATE_NAME",
-        state="PROCESSED",
-        reason="LAST_ERROR",
-        updated="LAST_UPDATED",
-        codes=LIST_CODES,
-        holder="CLAIMED_BY",
-        until="CLAIMED_UNTIL",
-        requeue="RESYNC",
-        name="NAME",
-        version="VERSION",
-        not_before="NOT_BEFORE",
-        claimed_at="CLAIMED_AT",
-    )
-
-
-def seed_spec(table: Table) -> QueueTable:
-    """A seed table's columns: one name per row, the LIST's codes, no leases (seeding is
-    idempotent: two processes asking for one name register the same events). RESYNC asks
-    the name's events to be registered for collecting again; it clears itself when seeded."""
-    return QueueTable(
-        table,
-        id="CRATE_NAME",
-        group="CRATE_NAME",
-        state="STATE",
-        reason="LAST_ERROR",
-        updated="LAST_UPDATED",
-        codes=LIST_CODES,
-        requeue="RESYNC",
-        name="NAME",
-        not_before="NOT_BEFORE",
-    )
+__all__ = [
+    "CLAIMABLE",
+    "COLLECTED",
+    "GAVE_UP",
+    "LIST_CODES",
+    "NOT_FOUND",
+    "PENDING",
+    "SKIPPED",
+    "STATE_NAMES",
+    "TRANSIENT_FIRST",
+    "TRANSIENT_LAST",
+    "EventList",
+    "NewEvent",
+    "RegisterCounts",
+    "list_spec",
+    "seed_spec",
+]
 
 
 @dataclass(frozen=True)
@@ -126,8 +101,11 @@ def _merge_sources(existing: str, new: str) -> str:
     return ",".join(sorted(set(filter(None, existing.split(","))) | {new}))
 
 
-class EventList:
-    """One registry's LIST in one database: the queue, and registering events into it."""
+class EventList(EventListReads):
+    """One registry's LIST in one database: the queue, and registering events into it (its
+    status reads, `sources`, are EventListReads')."""
+
+    queue: SqlQueue
 
     def __init__(
         self,
@@ -136,17 +114,11 @@ class EventList:
         identity: Callable[[str], str],
         event_key: Callable[[str, str], bytes],
     ) -> None:
+        super().__init__(SqlQueue(db, list_spec(table.name), table))
         self.db = db
         self.table = table
         self.identity = identity
         self.event_key = event_key
-        self.queue = SqlQueue(db, list_spec(table))
-
-    def sources(self, conn: Connection) -> dict[str, int]:
-        """Events per SOURCE (seed, lock, lock,seed)."""
-        source = self.table.c.SOURCE
-        rows = conn.execute(select(source, func.count()).group_by(source)).all()
-        return {str(s): int(n) for s, n in sorted(rows)}
 
     def register(self, events: Iterable[NewEvent], resync: bool = False) -> RegisterCounts:
         """Idempotent upsert of events: merges SOURCE and REF_TAGS, refreshes YANKED, and never

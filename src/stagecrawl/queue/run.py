@@ -385,8 +385,8 @@ class QueueRun(Generic[R]):
         return False
 
     def _holders(self, exclude: list[str]) -> list[Holder]:
-        with self.queue.db.reading() as conn:
-            return self.workers.holders(conn, self.queue, exclude)
+        with self.queue.db.reads() as r:
+            return self.workers.holders(r, self.queue, exclude)
 
     def _take_back(self, dead: Sequence[Holder]) -> None:
         for holder in dead:

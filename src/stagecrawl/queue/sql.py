@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import (
     Connection,
     Select,
+    Table,
     and_,
     bindparam,
     false,
@@ -32,10 +33,11 @@ from sqlalchemy import (
 from sqlalchemy.sql.elements import BindParameter, ColumnElement
 
 from stagecrawl.pauses import Waiting
-from stagecrawl.queue.ladder import ThisRun
+from stagecrawl.queue.reads import QueueReads, snapshot
 from stagecrawl.queue.table import Claimed, Outcome, QueueTable, utcnow
 from stagecrawl.storage.bulk import execute_keyed
 from stagecrawl.storage.db import Database, in_keys, in_values
+from stagecrawl.storage.reads import EngineReads
 
 # Rows per `UPDATE … WHERE id IN (…)` (within every backend's bound on parameters).
 IN_CHUNK = 1000
@@ -46,20 +48,35 @@ def waiting_on(queues: Sequence[SqlQueue]) -> Waiting | None:
     together: the rows added up, the latest time and its reason (the one a rerun waits for)."""
     if not queues:
         return None
-    with queues[0].db.reading() as conn:
-        return Waiting.merge([q.waiting(conn) for q in queues])
+    with queues[0].db.reads() as r:
+        return Waiting.merge([q.waiting(r) for q in queues])
 
 
-class SqlQueue:
-    """One queue table of one database."""
+class SqlQueue(QueueReads):
+    """One queue table of one database: claims, leases and outcomes (its status reads are
+    QueueReads', one portable SQL text each)."""
 
-    def __init__(self, db: Database, spec: QueueTable) -> None:
+    def __init__(self, db: Database, spec: QueueTable, table: Table | None = None) -> None:
+        """`table`: the declared table named `spec.table`; by default the database's own
+        (`Database.metadata`)."""
+        super().__init__(spec)
         self.db = db
-        self.spec = spec
-        self.table = spec.table
-        self.codes = spec.codes
+        self.table = db.metadata.tables[spec.table] if table is None else table
+        assert self.table.name == spec.table, (self.table.name, spec.table)
+        self.indexed_claims = self._has_claim_indexes()
         # SQLite's claim reads, built once per shape (see `_claim_reads`)
         self._claim_reads: dict[tuple[bool, bool, bool], Select[Any]] = {}
+
+    def _has_claim_indexes(self) -> bool:
+        """The table has an index led by (state, group), and one led by (requeue, group) if it
+        declares a requeue column: then a claim reads each claimable rung, and the requeued
+        rows, in group order straight from these indexes (`claim`), and its cost does not grow
+        with the finished rows. Without them a claim is one query over the group order."""
+        s = self.spec
+        leads = {tuple(c.name for c in index.columns)[:2] for index in self.table.indexes}
+        if (s.state, s.group) not in leads:
+            return False
+        return s.requeue is None or (s.requeue, s.group) in leads
 
     def _c(self, name: str) -> ColumnElement[Any]:
         return self.table.c[name]
@@ -159,7 +176,7 @@ class SqlQueue:
         assert s.holder and s.until, f"{self.table.name} has no lease columns"
         now = utcnow()
         until = now + timedelta(seconds=lease_seconds)
-        excluded = _snapshot(exclude)
+        excluded = snapshot(exclude)
         if self.db.is_sqlite:
             rows = self._pick_sqlite(conn, now, excluded, groups, max_rows, after)
         else:
@@ -194,7 +211,7 @@ class SqlQueue:
         without lease columns: its caller keeps what it holds out with `exclude`)."""
         query = (
             select(*self._columns())
-            .where(self._claimable(utcnow(), _snapshot(exclude)))
+            .where(self._claimable(utcnow(), snapshot(exclude)))
             .order_by(self._c(self.spec.group))
             .limit(limit)
         )
@@ -205,8 +222,8 @@ class SqlQueue:
         self, now: datetime, excluded: Collection[str]
     ) -> list[ColumnElement[bool]]:
         """What a claim reads, one query each: the claimable rows through the claim indexes
-        (`QueueTable.indexed_claims`: one arm per rung and the requeued rows), else in one."""
-        if not self.spec.indexed_claims:
+        (`indexed_claims`: one arm per rung and the requeued rows), else in one."""
+        if not self.indexed_claims:
             return [self._claimable(now, excluded)]
         return [self._claimable(now, excluded, arm) for arm in self._arms()]
 
@@ -294,7 +311,7 @@ class SqlQueue:
                 condition = and_(condition, group.not_in(kept_out))
             return condition
 
-        arms = self._arms() if s.indexed_claims else [self._wanted()]
+        arms = self._arms() if self.indexed_claims else [self._wanted()]
         windows: list[Select[Any]] = []
         for arm in arms:
             condition = claimable(arm)
@@ -446,25 +463,6 @@ class SqlQueue:
         )
         return int(conn.execute(statement).rowcount or 0)
 
-    def holders(
-        self, conn: Connection, exclude: Collection[str] = ()
-    ) -> list[tuple[str, int, datetime | None]]:
-        """(holder, rows, oldest claim) of the live leases on unfinished rows."""
-        s = self.spec
-        if not (s.holder and s.until):
-            return []
-        holder = self._c(s.holder)
-        since = func.min(self._c(s.claimed_at)) if s.claimed_at else literal(None)
-        condition = and_(self._wanted(), holder.is_not(None), self._c(s.until) >= literal(utcnow()))
-        if exclude:
-            condition = and_(condition, self._c(s.group).not_in(_snapshot(exclude)))
-        rows = conn.execute(
-            select(holder, func.count(), since).where(condition).group_by(holder)
-        ).all()
-        return [
-            (str(h), int(n), first if isinstance(first, datetime) else None) for h, n, first in rows
-        ]
-
     def next_lease_expiry(self, exclude: Collection[str] | None = None) -> datetime | None:
         """When the earliest lease held on unfinished work runs out, if any. A worker that
         finds nothing to claim waits for it, so a dead worker's rows are done."""
@@ -474,7 +472,7 @@ class SqlQueue:
         until = self._c(s.until)
         condition = and_(self._wanted(), until >= literal(utcnow()))
         if exclude:
-            condition = and_(condition, self._c(s.group).not_in(_snapshot(exclude)))
+            condition = and_(condition, self._c(s.group).not_in(snapshot(exclude)))
         query = select(func.min(until)).where(condition)
         value = self.db.read(lambda conn: conn.execute(query).scalar())  # redone if lost
         return value if isinstance(value, datetime) else None
@@ -582,77 +580,6 @@ class SqlQueue:
         query = select(func.count()).where(self._wanted())
         return int(self.db.read(lambda conn: conn.execute(query).scalar_one()))  # redone if lost
 
-    def waiting(self, conn: Connection) -> Waiting | None:
-        """Rows that were not attempted and wait for a time still to come (a host's pause,
-        our budget): how many, until when, and the reason stored with the latest."""
-        s = self.spec
-        if not s.not_before:
-            return None
-        not_before = self._c(s.not_before)
-        condition = and_(self._wanted(), not_before > literal(utcnow()))
-        query = select(func.count(), func.max(not_before)).where(condition)
-        rows, until = conn.execute(query).one()
-        if not rows or not isinstance(until, datetime):
-            return None
-        reason = conn.execute(
-            select(self._c(s.reason)).where(condition, not_before == literal(until)).limit(1)
-        ).scalar()
-        return Waiting(int(rows), until, str(reason or "waiting"))
-
-    def by_state(self, conn: Connection) -> list[tuple[int, int]]:
-        """(state, rows) for every state present."""
-        state = self._c(self.spec.state)
-        rows = conn.execute(select(state, func.count()).group_by(state)).all()
-        return sorted((int(k), int(n)) for k, n in rows)
-
-    def on_ladder(self, conn: Connection, limit: int) -> list[tuple[str, int, str | None]]:
-        """(name, state, reason) of rows that failed or were given up, by name."""
-        s = self.spec
-        name = self._c(s.name or s.group)
-        state, reason = self._c(s.state), self._c(s.reason)
-        rows = conn.execute(
-            select(name, state, reason)
-            .where(state >= self.codes.first_failure)
-            .group_by(name, state, reason)
-            .order_by(name)
-            .limit(limit)
-        ).all()
-        return [(str(n), int(p), e) for n, p, e in rows]
-
-    def count(self, conn: Connection, state: int | None = None, requeue: bool = False) -> int:
-        """Rows in `state`, or asking a requeue."""
-        s = self.spec
-        condition: ColumnElement[bool]
-        if requeue:
-            if not s.requeue:
-                return 0
-            condition = self._c(s.requeue).is_(True)
-        else:
-            condition = self._c(s.state) == state
-        return int(conn.execute(select(func.count()).where(condition)).scalar_one())
-
     def leases_now(self) -> dict[str, int]:
         """Live leases per holder, read now."""
-        return self.db.read(self.leases)  # redone after a lost connection
-
-    def leases(self, conn: Connection) -> dict[str, int]:
-        """Live leases per holder."""
-        s = self.spec
-        if not (s.holder and s.until):
-            return {}
-        holder = self._c(s.holder)
-        rows = conn.execute(
-            select(holder, func.count())
-            .where(self._c(s.until) >= literal(utcnow()))
-            .group_by(holder)
-        ).all()
-        return {str(k): int(v) for k, v in rows}
-
-
-def _snapshot(groups: Collection[str] | None) -> list[str]:
-    """The groups now, sorted: a `ThisRun` may grow in another thread meanwhile."""
-    if not groups:
-        return []
-    if isinstance(groups, ThisRun):
-        return groups.snapshot()
-    return sorted(groups)
+        return self.db.read(lambda conn: self.leases(EngineReads(conn)))  # redone if lost

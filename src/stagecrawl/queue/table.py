@@ -7,8 +7,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Table
-
 from stagecrawl.queue.ladder import LadderCodes
 
 
@@ -19,7 +17,8 @@ def utcnow() -> datetime:
 
 @dataclass(frozen=True)
 class QueueTable:
-    """A queue table and the names of its columns.
+    """A queue table's name and the names of its columns (names only, no SQLAlchemy: the
+    status reads run without it, queue/reads.py).
 
     - `id`: the row's key; `group`: rows claimed together (all the claimable rows of a group
       go to one worker, e.g. a crate's versions: one index and one API request whoever takes
@@ -37,7 +36,7 @@ class QueueTable:
     - `claimed_at`: when the lease was taken (for `status`: who holds what since when), or
       None."""
 
-    table: Table
+    table: str
     id: str
     group: str
     state: str
@@ -55,18 +54,6 @@ class QueueTable:
     @property
     def leased(self) -> bool:
         return self.holder is not None and self.until is not None
-
-    @property
-    def indexed_claims(self) -> bool:
-        """The table has an index led by (state, group), and one led by (requeue, group) if it
-        declares a requeue column: then a claim reads each claimable rung, and the requeued
-        rows, in group order straight from these indexes (`SqlQueue.claim`), and its cost does
-        not grow with the finished rows. Without them a claim is one query over the group
-        order."""
-        leads = {tuple(c.name for c in index.columns)[:2] for index in self.table.indexes}
-        if (self.state, self.group) not in leads:
-            return False
-        return self.requeue is None or (self.requeue, self.group) in leads
 
 
 @dataclass(frozen=True)

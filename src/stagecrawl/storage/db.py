@@ -53,6 +53,9 @@ from sqlalchemy.types import UserDefinedType
 from stagecrawl.errors import DatabaseUnavailable, StorageError
 from stagecrawl.secrets import mask_url, redact
 from stagecrawl.settings import DEFAULTS
+from stagecrawl.storage import names
+from stagecrawl.storage.names import RegistryNames
+from stagecrawl.storage.reads import EngineReads, existing_database, immutable
 
 log = logging.getLogger("stagecrawl.storage")
 
@@ -117,18 +120,16 @@ class RegistryTables:
 
 def registry_tables(
     metadata: MetaData,
-    code: str,
+    names: RegistryNames,
     ci: str | None,
     mysql_kw: dict[str, Any],
-    seed_name: str | None = None,
     version_extra: Sequence[Column[Any]] = (),
     product_extra: Sequence[Column[Any]] = (),
     dependencies_nullable: bool = False,
     dialect: str | None = None,
 ) -> RegistryTables:
-    """Declare `TB_COMP_LIB_<code>_LIST`, `TB_COMP_LIB_VERSION_<code>`,
-    `TB_COMP_LIB_PRODUCT_<code>` and the seed queue (`TB_STAGECRAWL_SEED_<code>` unless
-    `seed_name`) on `metadata`: the same column set for every registry, with the registry's
+    """Declare a registry's LIST, VERSION, PRODUCT and seed tables (`names`, storage/names.py)
+    on `metadata`: the same column set for every registry, with the registry's
     own facts in added nullable columns (`version_extra`, `product_extra`).
     `dependencies_nullable`: DEPENDENCIES may be NULL, "unknown" (PyPI: no metadata).
     `dialect`: the database's, for its own index options only (None: every dialect's)."""
@@ -136,8 +137,9 @@ def registry_tables(
     def ident(length: int) -> String:
         return String(length, collation=ci)
 
+    code = names.code
     events = Table(
-        f"TB_COMP_LIB_{code}_LIST",
+        names.list,
         metadata,
         Column("ID", EventId, primary_key=True),
         Column("CRATE_NAME", ident(64), nullable=False),
@@ -178,7 +180,7 @@ def registry_tables(
         **mysql_kw,
     )
     version = Table(
-        f"TB_COMP_LIB_VERSION_{code}",
+        names.version,
         metadata,
         Column("LANGUAGE", String(16), primary_key=True),
         Column("REPOSITORY", String(16), primary_key=True),
@@ -208,7 +210,7 @@ def registry_tables(
         **mysql_kw,
     )
     product = Table(
-        f"TB_COMP_LIB_PRODUCT_{code}",
+        names.product,
         metadata,
         Column("LANGUAGE", String(16), primary_key=True),
         Column("REPOSITORY", String(16), primary_key=True),
@@ -228,7 +230,7 @@ def registry_tables(
         **mysql_kw,
     )
     seed = Table(
-        seed_name or f"TB_STAGECRAWL_SEED_{code}",
+        names.seed,
         metadata,
         Column("CRATE_NAME", ident(64), primary_key=True),
         Column("NAME", ident(64), nullable=False),
@@ -316,12 +318,10 @@ def build_metadata(
 
     # Each registry's tables (a new registry adds its line here; its extra columns are its own)
     metadata.info["registries"] = {
-        "RUST": registry_tables(
-            metadata, "RUST", ci, mysql_kw, seed_name="TB_STAGECRAWL_SEED", dialect=dialect
-        ),
+        "RUST": registry_tables(metadata, names.RUST, ci, mysql_kw, dialect=dialect),
         "PYPI": registry_tables(
             metadata,
-            "PYPI",
+            names.PYPI,
             ci,
             mysql_kw,
             version_extra=[  # PyPI's own facts (docs/pypi.md)
@@ -368,7 +368,7 @@ def build_metadata(
         **mysql_kw,
     )
     Table(
-        "TB_STAGECRAWL_WORKER",
+        names.WORKER,
         metadata,
         Column("WORKER_ID", String(128), primary_key=True),
         Column("HOST", String(255), nullable=False),
@@ -484,7 +484,7 @@ class Database:
         self.vuln_v1 = self.metadata.tables["TB_COMP_LIB_VULN_CARGO_V1"]
         self.vuln_raw = self.metadata.tables["TB_COMP_LIB_VULN_CARGO_RAW"]
         self.vuln_hit = self.metadata.tables["TB_COMP_LIB_VULN_CARGO_HIT"]
-        self.worker = self.metadata.tables["TB_STAGECRAWL_WORKER"]
+        self.worker = self.metadata.tables[names.WORKER]
         self.seed = rust.seed
         self.index_state = self.metadata.tables["TB_COMP_LIB_RUST_INDEX_STATE"]
         if read_only:
@@ -725,6 +725,13 @@ class Database:
             conn.execution_options(**{READING: True})
             yield conn
 
+    @contextlib.contextmanager
+    def reads(self) -> Iterator[EngineReads]:
+        """A reading connection (`reading`) for the owners' portable status reads
+        (storage/reads.py)."""
+        with self.reading() as conn:
+            yield EngineReads(conn)
+
     def dispose(self) -> None:
         self.engine.dispose()
 
@@ -817,31 +824,12 @@ def _sqlite_read_only(url: URL) -> URL:
     path = url.database
     if not path or path == ":memory:":
         raise StorageError("a read-only command needs a database file, not :memory:")
-    if not Path(path).is_file():
-        raise StorageError(f"no database at {path}: nothing collected yet (or a wrong --db)")
+    file = existing_database(path)
     query = {"mode": "ro", "uri": "true"}
-    if _immutable(Path(path)):
+    if immutable(file):
         query["immutable"] = "1"
     # SQLAlchemy's documented form: the file: URI as database, mode and uri as query.
-    return url.set(database=f"file:{Path(path).resolve()}", query=query)
-
-
-def _immutable(path: Path) -> bool:
-    """Whether SQLite may read `path` as immutable: it is on a file system mounted read-only
-    (a snapshot, a CD, a read-only volume in a container) and no commits wait in its WAL.
-
-    Our databases are in WAL mode, and a reader of a WAL database needs the `-shm` index
-    beside it, which SQLite cannot create on read-only media: it says only "unable to open
-    database file". Nothing can change a file there, so reading it without locks and without
-    the index is safe (CPython's dbm.sqlite3 does the same, gh-135386). Anywhere else another
-    process may be writing, so the locks stay."""
-    try:
-        read_only_media = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
-        wal = path.with_name(f"{path.name}-wal")
-        pending = wal.exists() and wal.stat().st_size > 0
-    except OSError:
-        return False
-    return read_only_media and not pending
+    return url.set(database=f"file:{file}", query=query)
 
 
 def _read_only_hint(path: str | None) -> str:

@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Table, and_, bindparam, func, literal, select, update
+from sqlalchemy import Connection, Table, and_, bindparam, literal, select, update
 from sqlalchemy.sql.elements import ColumnElement
 
 from stagecrawl.storage.bulk import BulkUpsert, upsert
 from stagecrawl.storage.db import Database, RegistryTables
+from stagecrawl.storage.reads import TableReads
 
 ACTIVE, YANKED = "ACTIVE", "YANKED"
 
@@ -75,9 +76,13 @@ def latest_version(versions: Iterable[tuple[str, bool]], order: VersionOrder) ->
     return latest
 
 
-class _Owner:
-    def __init__(self, db: Database, language: str, repository: str) -> None:
+class _Owner(TableReads):
+    """A registry's rows of one table (its status read, `count`, is TableReads')."""
+
+    def __init__(self, db: Database, table: Table, language: str, repository: str) -> None:
+        super().__init__(table.name)
         self.db = db
+        self.table = table
         self.language = language
         self.repository = repository
 
@@ -93,8 +98,7 @@ class VersionTable(_Owner):
     """TB_COMP_LIB_VERSION_<X>: one row per (package, version)."""
 
     def __init__(self, db: Database, tables: RegistryTables, language: str, repository: str):
-        super().__init__(db, language, repository)
-        self.table = tables.version
+        super().__init__(db, tables.version, language, repository)
 
     def upsert(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
         """Insert or update whole rows (dicts with the same keys), in the caller's
@@ -147,9 +151,6 @@ class VersionTable(_Owner):
                 flips,
             )
         return len(flips)
-
-    def count(self, conn: Connection) -> int:
-        return int(conn.execute(select(func.count()).select_from(self.table)).scalar_one())
 
     def by_product(self, conn: Connection) -> dict[str, list[str]]:
         """Every stored version, per package key (e.g. for an advisory import's hits)."""
@@ -209,8 +210,7 @@ class ProductTable(_Owner):
         repository: str,
         order: VersionOrder,
     ) -> None:
-        super().__init__(db, language, repository)
-        self.table = tables.product
+        super().__init__(db, tables.product, language, repository)
         self.order = order
 
     def latest(self, versions: Iterable[tuple[str, bool]] = ()) -> LatestVersion:
@@ -252,9 +252,6 @@ class ProductTable(_Owner):
         table = self.table
         rows = conn.execute(select(table.c.PRODUCT_KEY, table.c[name]).where(self._mine(table)))
         return {str(key).lower(): value for key, value in rows}
-
-    def count(self, conn: Connection) -> int:
-        return int(conn.execute(select(func.count()).select_from(self.table)).scalar_one())
 
     def keys(self, conn: Connection) -> set[str]:
         """Every stored package key."""
