@@ -9,7 +9,7 @@ from stagecrawl.pauses import NotAsked, Waiting
 from stagecrawl.queue.ladder import LADDER, LadderCodes, RetryLadder, ThisRun
 from stagecrawl.queue.run import Handler, QueueRun, RunSettings, Unit
 from stagecrawl.queue.sql import SqlQueue, waiting_on
-from stagecrawl.queue.table import Claimed, Outcome, QueueTable, utcnow
+from stagecrawl.queue.table import Claimed, Lease, Outcome, QueueTable, utcnow
 from stagecrawl.queue.workers import WorkerProgress, Workers, worker_id
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "Claimed",
     "Handler",
     "LadderCodes",
+    "Lease",
     "NotAsked",
     "Outcome",
     "QueueRun",
