@@ -114,10 +114,11 @@ REGISTER_CHUNK = 50_000
 # Keys per `ID IN (…)` read of the existing rows: within every backend's bound on parameters
 # (SQLite's 32,766 by default, PostgreSQL's 65,535).
 READ_CHUNK = 10_000
-# The columns of a new row, in the order `_register_chunk` builds them.
+# The columns of a new row, in the order `_register_chunk` builds them: the table's (the
+# rows go to the driver as they are, `storage.bulk`).
 _INSERTED = ("ID", "CRATE_NAME", "NAME", "VERSION", "SOURCE", "RESOLVE_KIND", "REF_TAGS", "YANKED",
-             "PROCESSED", "RESYNC", "TIMESTAMP", "LAST_UPDATED", "CLAIMED_BY", "CLAIMED_UNTIL",
-             "CLAIMED_AT")  # fmt: skip
+             "PROCESSED", "RESYNC", "CLAIMED_BY", "CLAIMED_UNTIL", "CLAIMED_AT", "TIMESTAMP",
+             "LAST_UPDATED")  # fmt: skip
 
 
 def _tags_json(tags: Iterable[str]) -> str:
@@ -255,9 +256,8 @@ class EventList:
                 tags = _tags_json(ev.ref_tags)
                 inserts.append(
                     (key, group, ev.name, ev.version, ev.source, ev.resolve_kind, tags,
-                     ev.yanked, PENDING, False, now, now,
-                     holder if leased else None, until if leased else None,
-                     now if leased else None)
+                     ev.yanked, PENDING, False, holder if leased else None,
+                     until if leased else None, now if leased else None, now, now)
                 )  # fmt: skip
                 if leased:
                     assert lease is not None
