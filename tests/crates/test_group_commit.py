@@ -11,11 +11,13 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import DBAPIError
 
 from stagecrawl.crates.queue import COLLECTED, NewEvent, claim, outcome, register
+from stagecrawl.crates.rows import VERSION_COLUMNS
 from stagecrawl.crates.store import CrateWrite, existing_versions, write_crates
 from stagecrawl.storage.db import Database
 
 
 def _version(name: str, version: str, description: str | None = "ok") -> dict[str, Any]:
+    """A VERSION row's values by column (`_row` makes it the tuple a CrateWrite holds)."""
     now = datetime(2024, 1, 1, 12, 0, 0)
     return {
         "LANGUAGE": "rust",
@@ -30,6 +32,10 @@ def _version(name: str, version: str, description: str | None = "ok") -> dict[st
         "PROCESSED": COLLECTED,
         "LAST_UPDATED": now,
     }
+
+
+def _row(values: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(values.get(column) for column in VERSION_COLUMNS)
 
 
 def test_a_batch_failing_half_way_writes_nothing_and_is_done_again(db_url: str) -> None:
@@ -50,7 +56,7 @@ def test_a_batch_failing_half_way_writes_nothing_and_is_done_again(db_url: str) 
                 CrateWrite(
                     [e.id for e in events],
                     [outcome(e, COLLECTED, yanked=False) for e in events],
-                    rows,
+                    [_row(row) for row in rows],
                 )
             )
         return writes

@@ -191,7 +191,10 @@ def run(
     import asyncio
     import contextlib
 
+    from stagecrawl.engine.memory import quiet_collector
     from stagecrawl.engine.shutdown import GracefulStop, Interrupted, Unsent
+
+    quiet_collector()
 
     async def main() -> int:
         stop = GracefulStop(grace_period=grace)

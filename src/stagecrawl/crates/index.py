@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, cast
 
 from stagecrawl.crates.names import identity_key, validate_name, validate_version
@@ -23,20 +23,53 @@ class IndexFormatError(ValueError):
     `ParsedIndex.problems` instead)."""
 
 
-@dataclass(frozen=True)
 class IndexVersion:
-    name: str
-    vers: str
-    deps: list[dict[str, Any]]
-    cksum: str
-    features: dict[str, list[str]]
-    yanked: bool
-    links: str | None
-    rust_version: str | None
-    pubtime: str | None
-    _stored: list[dict[str, Any]] | None = field(
-        default=None, init=False, repr=False, compare=False
-    )
+    """One readable line of an index file. Read only (nothing sets a field after parsing).
+    A class with slots and a plain `__init__`, not a frozen dataclass: a crawl makes one per
+    version, and the dataclass's `__init__` (one `object.__setattr__` a field) cost more
+    than the rest of building it; slots also make each one smaller in the run cache."""
+
+    __slots__ = (
+        "_stored", "cksum", "deps", "features", "links", "name", "pubtime", "rust_version",
+        "vers", "yanked",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        name: str,
+        vers: str,
+        deps: list[dict[str, Any]],
+        cksum: str,
+        features: dict[str, list[str]],
+        yanked: bool,
+        links: str | None,
+        rust_version: str | None,
+        pubtime: str | None,
+    ) -> None:
+        self.name = name
+        self.vers = vers
+        self.deps = deps
+        self.cksum = cksum
+        self.features = features
+        self.yanked = yanked
+        self.links = links
+        self.rust_version = rust_version
+        self.pubtime = pubtime
+        self._stored: list[dict[str, Any]] | None = None
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (self.name, self.vers, self.deps, self.cksum, self.features, self.yanked,
+                self.links, self.rust_version, self.pubtime)  # fmt: skip
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, IndexVersion):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    __hash__ = None  # type: ignore[assignment]  # (its lists and dicts are not hashable)
+
+    def __repr__(self) -> str:
+        return f"IndexVersion(name={self.name!r}, vers={self.vers!r}, yanked={self.yanked!r})"
 
     def dependencies(self) -> list[dict[str, Any]]:
         """The stored form: `name` is the real package, `rename` the name used in code. Built
@@ -44,8 +77,7 @@ class IndexVersion:
         and the VERSION row reuses it."""
         stored = self._stored
         if stored is None:
-            stored = self._build_dependencies()
-            object.__setattr__(self, "_stored", stored)  # a cache, not a change of value
+            stored = self._stored = self._build_dependencies()
         return stored
 
     def _build_dependencies(self) -> list[dict[str, Any]]:

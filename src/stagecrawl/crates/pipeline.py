@@ -207,6 +207,9 @@ async def collect(
     # twice a typical crate's 30 versions: it never waits for the seeder, and the files
     # waiting for it stay well inside the run cache (~2.4 KB each version as parsed: 80
     # crates of the defaults are ~12 MB of its 32 MB).
+    # On SQLite the seeder registers new events leased to the collector, which takes them
+    # without a claim (`QueueRun.lease_terms`).
+    seeder.handler.hand_to = collector.queue
     held = settings.concurrency + (settings.claim_crates or settings.concurrency)
     backlog_bound = 64 * (held + 2 * settings.commit_batch)
     # Two phases side by side, each on its own work loop; the collector waits for the seeder

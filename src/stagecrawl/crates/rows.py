@@ -23,6 +23,16 @@ CRATES_IO_PAGE = "https://crates.io/crates/"
 _product_key = lru_cache(maxsize=1024)(product_key)
 
 
+# VERSION's columns, in the table's order: a VERSION row is a tuple of these (`version_row`).
+VERSION_COLUMNS = (
+    "LANGUAGE", "REPOSITORY", "PRODUCT_KEY", "VERSION", "NAME", "DESCRIPTION", "LICENSE",
+    "STANDARD_LICENSE", "LICENSE_IDS", "LICENSE_EXPRESSION", "LICENSE_AI", "DEPENDENCIES",
+    "FEATURES", "CHECKSUM", "YANKED", "RUST_VERSION", "LINKS", "URL", "SCM", "DOWNLOADS",
+    "RELEASE_DATE", "PROCESSED", "LAST_UPDATED",
+)  # fmt: skip
+YANKED_AT = VERSION_COLUMNS.index("YANKED")
+
+
 def version_row(
     real: str,
     version: IndexVersion,
@@ -30,36 +40,38 @@ def version_row(
     now: Any,
     licenses: LicenseMatcher | None = None,
     ai_ids: dict[str, str | None] | None = None,
-) -> dict[str, Any]:
+) -> tuple[Any, ...]:
+    """One VERSION row, in `VERSION_COLUMNS` order: built once, as the tuple the upsert
+    sends (no dict a row and no reordering: a crawl builds one per event)."""
     api_version = api.versions.get(version.vers) if api else None
     released = api_version.created_at if api_version else None
     license_text = api_version.license if api_version else None
     standard = licenses.standardise(license_text) if licenses else None
-    return {
-        "LANGUAGE": LANGUAGE,
-        "REPOSITORY": REPOSITORY,
-        "PRODUCT_KEY": _product_key(real),
-        "VERSION": version.vers,
-        "NAME": real,
-        "DESCRIPTION": api.description if api else None,
-        "LICENSE": license_text,
-        "STANDARD_LICENSE": standard.standard_license if standard else None,
-        "LICENSE_IDS": standard.license_ids if standard else None,
-        "LICENSE_EXPRESSION": standard.expression if standard else None,
-        "LICENSE_AI": (ai_ids or {}).get(license_text or ""),
-        "DEPENDENCIES": dumps(version.dependencies()),
-        "FEATURES": dumps(version.features),
-        "CHECKSUM": version.cksum,
-        "YANKED": version.yanked,
-        "RUST_VERSION": version.rust_version,
-        "LINKS": version.links,
-        "URL": f"{CRATES_IO_PAGE}{real}/{version.vers}",
-        "SCM": _crate_scm(api),
-        "DOWNLOADS": api_version.downloads if api_version else None,
-        "RELEASE_DATE": released or parse_time(version.pubtime),
-        "PROCESSED": COLLECTED,
-        "LAST_UPDATED": now,
-    }
+    return (
+        LANGUAGE,
+        REPOSITORY,
+        _product_key(real),
+        version.vers,
+        real,
+        api.description if api else None,
+        license_text,
+        standard.standard_license if standard else None,
+        standard.license_ids if standard else None,
+        standard.expression if standard else None,
+        (ai_ids or {}).get(license_text or ""),
+        dumps(version.dependencies()),
+        dumps(version.features),
+        version.cksum,
+        version.yanked,
+        version.rust_version,
+        version.links,
+        f"{CRATES_IO_PAGE}{real}/{version.vers}",
+        _crate_scm(api),
+        api_version.downloads if api_version else None,
+        released or parse_time(version.pubtime),
+        COLLECTED,
+        now,
+    )
 
 
 def product_row(entry: IndexEntry, api: ApiCrate | None, now: Any) -> dict[str, Any]:

@@ -43,7 +43,7 @@ from stagecrawl.crates.queue import (
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.engine.work import LoopSettings, LoopStats, WorkLoop
 from stagecrawl.errors import FetchError, InputError, LimiterUnavailable, NotFound, RateLimited
-from stagecrawl.queue import Handler, QueueRun
+from stagecrawl.queue import Handler, Lease, QueueRun
 from stagecrawl.secrets import redact
 from stagecrawl.settings import DEFAULTS
 from stagecrawl.storage.db import Database
@@ -173,6 +173,10 @@ class SeedHandler(Handler[SeedResult]):
         # collector alongside does not know of yet: the seeder's backpressure counts it)
         self.in_hand = 0
         self._written: RegisterCounts | None = None  # by `write`, counted once committed
+        # A collector alongside in this process, to which new events are handed over leased
+        # (`QueueRun.lease_terms`), and the lease of the transaction being written.
+        self.hand_to: QueueRun[Any] | None = None
+        self._lease: Lease | None = None
 
     def outcomes(self, result: SeedResult) -> Sequence[Outcome]:
         if result.not_before is not None:
@@ -209,11 +213,19 @@ class SeedHandler(Handler[SeedResult]):
         events, resync = self._events(results)
         queue = event_list(self.db)
         counts = RegisterCounts()
+        lease = self._lease = self.hand_to.lease_terms() if self.hand_to is not None else None
         if events:
-            counts.add(queue.register_on(conn, events))
+            counts.add(queue.register_on(conn, events, lease=lease))
         if resync:
-            counts.add(queue.register_on(conn, resync, resync=True))
+            counts.add(queue.register_on(conn, resync, resync=True, lease=lease))
         self._written = counts
+
+    def committed(self, results: Sequence[SeedResult]) -> None:
+        lease, self._lease = self._lease, None
+        if lease is not None and self.hand_to is not None and self._written is not None:
+            written = self._written
+            others = written.new + written.requeued > len(lease.rows)
+            self.hand_to.adopt(lease, others)
 
     def _count(self, counts: RegisterCounts) -> None:
         self.report.counts.add(counts)

@@ -22,6 +22,28 @@ _SEMVER = re.compile(
 )
 
 
+def _parts(text: str) -> tuple[int, int, int, tuple[int | str, ...], str]:
+    """(major, minor, patch, pre-release identifiers, build) of a semantic version."""
+    match = _SEMVER.match(text.strip())
+    if not match:
+        raise ValueError(f"not a semantic version: {text!r}")
+    major, minor, patch, pre, build = match.groups()
+    identifiers: tuple[int | str, ...] = ()
+    if pre:
+        identifiers = tuple(int(p) if p.isdigit() else p for p in pre.split("."))
+    return int(major), int(minor), int(patch), identifiers, build or ""
+
+
+def _precedence(
+    major: int, minor: int, patch: int, pre: tuple[int | str, ...]
+) -> tuple[object, ...]:
+    """The sort key of a version's precedence: a release sorts after all its pre-releases;
+    numeric identifiers sort before alphanumeric ones; a shorter identifier list sorts first
+    when it is a prefix."""
+    pre_key = tuple((0, p, "") if isinstance(p, int) else (1, 0, p) for p in pre)
+    return (major, minor, patch, not pre, pre_key)
+
+
 @total_ordering
 @dataclass(frozen=True)
 class Version:
@@ -33,24 +55,15 @@ class Version:
 
     @classmethod
     def parse(cls, text: str) -> Version:
-        match = _SEMVER.match(text.strip())
-        if not match:
-            raise ValueError(f"not a semantic version: {text!r}")
-        major, minor, patch, pre, build = match.groups()
-        identifiers: tuple[int | str, ...] = ()
-        if pre:
-            identifiers = tuple(int(p) if p.isdigit() else p for p in pre.split("."))
-        return cls(int(major), int(minor), int(patch), identifiers, build or "")
+        major, minor, patch, identifiers, build = _parts(text)
+        return cls(major, minor, patch, identifiers, build)
 
     @property
     def is_prerelease(self) -> bool:
         return bool(self.pre)
 
     def _key(self) -> tuple[object, ...]:
-        # A release sorts after all its pre-releases; numeric identifiers sort before
-        # alphanumeric ones; a shorter identifier list sorts first when it is a prefix.
-        pre_key = tuple((0, p, "") if isinstance(p, int) else (1, 0, p) for p in self.pre)
-        return (self.major, self.minor, self.patch, not self.pre, pre_key)
+        return _precedence(self.major, self.minor, self.patch, self.pre)
 
     def __lt__(self, other: object) -> bool:
         if not isinstance(other, Version):
@@ -91,11 +104,13 @@ def _is_pre(text: str) -> bool:
 
 
 def _pre_and_key(text: str) -> tuple[bool, tuple[int, object, str]]:
+    """`_is_pre` and `sort_key` from one parse, without a Version object (the latest-version
+    rule asks this of every version of every crate collected)."""
     try:
-        version = Version.parse(text)
+        major, minor, patch, pre, _build = _parts(text)
     except ValueError:
         return False, (1, (), text)
-    return version.is_prerelease, (0, version._key(), text)
+    return bool(pre), (0, _precedence(major, minor, patch, pre), text)
 
 
 # Cargo's order, as the VERSION/PRODUCT owners take it.

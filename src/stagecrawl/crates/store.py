@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from stagecrawl.crates.queue import Outcome, event_list
+from stagecrawl.crates.rows import VERSION_COLUMNS
 from stagecrawl.crates.tables import products, versions
 from stagecrawl.storage.bulk import upsert
 from stagecrawl.storage.db import Database
@@ -26,7 +27,7 @@ class CrateWrite:
 
     event_ids: Sequence[Hashable]
     outcomes: list[Outcome]
-    versions: list[dict[str, Any]] = field(default_factory=list)
+    versions: list[tuple[Any, ...]] = field(default_factory=list)  # rows.VERSION_COLUMNS
     product: dict[str, Any] | None = None
     index_state: dict[str, Any] | None = None
 
@@ -52,7 +53,7 @@ def write_rows(conn: Connection, db: Database, writes: Sequence[CrateWrite]) -> 
     product_rows = [crate.product for crate in writes if crate.product is not None]
     states = [crate.index_state for crate in writes if crate.index_state is not None]
     if version_rows:
-        versions(db).upsert(conn, version_rows)
+        versions(db).bulk(VERSION_COLUMNS).execute(conn, version_rows)
     if product_rows:
         products(db).upsert(conn, product_rows)
     if states:

@@ -36,7 +36,13 @@ from stagecrawl.crates.queue import (
     outcome,
     utcnow,
 )
-from stagecrawl.crates.rows import CRATES_IO_PAGE, index_state_row, product_row, version_row
+from stagecrawl.crates.rows import (
+    CRATES_IO_PAGE,
+    YANKED_AT,
+    index_state_row,
+    product_row,
+    version_row,
+)
 from stagecrawl.crates.store import CrateWrite, existing_versions, write_rows
 from stagecrawl.crates.tables import LANGUAGE, REPOSITORY
 from stagecrawl.engine.filelock import exclusive
@@ -169,7 +175,7 @@ class CratesHandler(Handler[CrateResult]):
                     summary.waiting_events += 1  # not attempted: neither done nor failed
                     continue
                 summary.outcomes[done.state] += 1
-            summary.yanked += sum(1 for v in result.write.versions if v["YANKED"])
+            summary.yanked += sum(1 for v in result.write.versions if v[YANKED_AT])
             if any(done.not_before is None for done in result.write.outcomes):
                 summary.crates += 1
 
@@ -353,7 +359,7 @@ class Collector:
 
     async def _collect(
         self, group: list[Claimed]
-    ) -> tuple[list[Outcome], list[dict[str, Any]], tuple[dict[str, Any], dict[str, Any]] | None]:
+    ) -> tuple[list[Outcome], list[tuple[Any, ...]], tuple[dict[str, Any], dict[str, Any]] | None]:
         real = group[0].name
         todo = group
         outcomes: list[Outcome] = []
@@ -389,7 +395,7 @@ class Collector:
         if self.ai is not None and api is not None:
             for text in {v.license for v in api.versions.values() if v.license}:
                 ai_ids[text] = await self.ai.classify(text)
-        versions: list[dict[str, Any]] = []
+        versions: list[tuple[Any, ...]] = []
         unreadable: list[Claimed] = []
         for event in todo:
             found = by_version.get(event.version)

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from stagecrawl.queue.ladder import LADDER, LadderCodes, RetryLadder, ThisRun
     from stagecrawl.queue.run import Handler, QueueRun, RunSettings, Unit
     from stagecrawl.queue.sql import SqlQueue, waiting_on
-    from stagecrawl.queue.table import Claimed, Outcome, QueueTable, utcnow
+    from stagecrawl.queue.table import Claimed, Lease, Outcome, QueueTable, utcnow
     from stagecrawl.queue.workers import WorkerProgress, Workers, worker_id
 
 # name -> the module that defines it
@@ -37,6 +37,7 @@ _WHERE = {
     "SqlQueue": "stagecrawl.queue.sql",
     "waiting_on": "stagecrawl.queue.sql",
     "Claimed": "stagecrawl.queue.table",
+    "Lease": "stagecrawl.queue.table",
     "Outcome": "stagecrawl.queue.table",
     "QueueTable": "stagecrawl.queue.table",
     "utcnow": "stagecrawl.queue.table",
@@ -50,6 +51,7 @@ __all__ = [
     "Claimed",
     "Handler",
     "LadderCodes",
+    "Lease",
     "NotAsked",
     "Outcome",
     "QueueRun",

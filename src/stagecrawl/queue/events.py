@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, Table, bindparam, or_, select, update
+from sqlalchemy import Connection, Select, Table, bindparam, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from stagecrawl.queue.lists import (
@@ -32,9 +33,9 @@ from stagecrawl.queue.lists import (
 )
 from stagecrawl.queue.reads import EventListReads
 from stagecrawl.queue.sql import SqlQueue
-from stagecrawl.queue.table import utcnow
-from stagecrawl.storage.bulk import executemany
-from stagecrawl.storage.db import Database, in_values
+from stagecrawl.queue.table import Claimed, Lease, utcnow
+from stagecrawl.storage.bulk import compile_for, execute, execute_keyed, executemany
+from stagecrawl.storage.db import Database, in_keys
 
 __all__ = [
     "CLAIMABLE",
@@ -55,8 +56,9 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class NewEvent:
+class NewEvent(NamedTuple):
+    """An event to register (a named tuple: a seeder makes one per version it is told of)."""
+
     name: str  # real spelling
     version: str
     source: str  # "seed" or "lock"
@@ -87,6 +89,11 @@ REGISTER_CHUNK = 50_000
 # Keys per `ID IN (…)` read of the existing rows: within every backend's bound on parameters
 # (SQLite's 32,766 by default, PostgreSQL's 65,535).
 READ_CHUNK = 10_000
+# The columns of a new row, in the order `_register_chunk` builds them: the table's (the
+# rows go to the driver as they are, `storage.bulk`).
+_INSERTED = ("ID", "CRATE_NAME", "NAME", "VERSION", "SOURCE", "RESOLVE_KIND", "REF_TAGS", "YANKED",
+             "PROCESSED", "RESYNC", "CLAIMED_BY", "CLAIMED_UNTIL", "CLAIMED_AT", "TIMESTAMP",
+             "LAST_UPDATED")  # fmt: skip
 
 
 def _tags_json(tags: Iterable[str]) -> str:
@@ -141,19 +148,31 @@ class EventList(EventListReads):
         return counts
 
     def register_on(
-        self, conn: Connection, events: Iterable[NewEvent], resync: bool = False
+        self,
+        conn: Connection,
+        events: Iterable[NewEvent],
+        resync: bool = False,
+        lease: Lease | None = None,
     ) -> RegisterCounts:
         """`register` inside the caller's transaction (all of it or nothing). Only where the
         transaction holds the database's one write lock from its start (SQLite's BEGIN
         IMMEDIATE): elsewhere another process may insert an event between the read and the
-        insert, and only `register`, in transactions of its own, reads again and merges."""
+        insert, and only `register`, in transactions of its own, reads again and merges.
+        With a `lease`, the new events are registered leased (see `Lease`)."""
         by_id = self._by_id(events)
         counts = RegisterCounts()
         ids = list(by_id)
         for start in range(0, len(ids), REGISTER_CHUNK):
             chunk = ids[start : start + REGISTER_CHUNK]
-            counts.add(self._register_chunk(conn, chunk, by_id, resync))
+            counts.add(self._register_chunk(conn, chunk, by_id, resync, lease))
         return counts
+
+    def _existing_read(self) -> Select[Any]:
+        """The rows of the keys `KEYS` a registration merges into (`execute_keyed`)."""
+        c = self.table.c
+        return select(c.ID, c.SOURCE, c.REF_TAGS, c.YANKED, c.PROCESSED, c.RESOLVE_KIND).where(
+            in_keys(c.ID)
+        )
 
     def _by_id(self, events: Iterable[NewEvent]) -> dict[bytes, NewEvent]:
         """The events by row id; one event named twice is one, with both its tag lists."""
@@ -170,48 +189,51 @@ class EventList(EventListReads):
         return by_id
 
     def _register_chunk(
-        self, conn: Connection, chunk: list[bytes], by_id: dict[bytes, NewEvent], resync: bool
+        self,
+        conn: Connection,
+        chunk: list[bytes],
+        by_id: dict[bytes, NewEvent],
+        resync: bool,
+        lease: Lease | None = None,
     ) -> RegisterCounts:
         counts = RegisterCounts()
         table = self.table
         now = utcnow()
-        columns = (
-            table.c.ID,
-            table.c.SOURCE,
-            table.c.REF_TAGS,
-            table.c.YANKED,
-            table.c.PROCESSED,
-            table.c.RESOLVE_KIND,
-        )
         existing = {
             row.ID: row
             for start in range(0, len(chunk), READ_CHUNK)
-            for row in conn.execute(
-                select(*columns).where(in_values(table.c.ID, chunk[start : start + READ_CHUNK]))
+            for row in execute_keyed(
+                conn,
+                ("register-read", table),
+                self._existing_read,
+                chunk[start : start + READ_CHUNK],
+                {},
             )
         }
-        inserts: list[dict[str, Any]] = []
+        # New rows as tuples in `_INSERTED` order, built in one pass (no dict a row): a
+        # seeder registers every version it is told of.
+        inserts: list[tuple[Any, ...]] = []
         updates: list[dict[str, Any]] = []
+        identity = self.identity
+        holder: str | None = None
+        until: datetime | None = None
+        if lease is not None:
+            holder, until = lease.worker, now + timedelta(seconds=lease.seconds)
         for key in chunk:
             ev = by_id[key]
             row = existing.get(key)
             if row is None:
+                group = identity(ev.name)
+                leased = lease is not None and group not in lease.exclude
+                tags = _tags_json(ev.ref_tags)
                 inserts.append(
-                    {
-                        "ID": key,
-                        "CRATE_NAME": self.identity(ev.name),
-                        "NAME": ev.name,
-                        "VERSION": ev.version,
-                        "SOURCE": ev.source,
-                        "RESOLVE_KIND": ev.resolve_kind,
-                        "REF_TAGS": _tags_json(ev.ref_tags),
-                        "YANKED": ev.yanked,
-                        "PROCESSED": PENDING,
-                        "RESYNC": False,
-                        "TIMESTAMP": now,
-                        "LAST_UPDATED": now,
-                    }
-                )
+                    (key, group, ev.name, ev.version, ev.source, ev.resolve_kind, tags,
+                     ev.yanked, PENDING, False, holder if leased else None,
+                     until if leased else None, now if leased else None, now, now)
+                )  # fmt: skip
+                if leased:
+                    assert lease is not None
+                    lease.rows.append(Claimed(key, group, PENDING, False, ev.name, ev.version))
                 continue
             source = _merge_sources(row.SOURCE, ev.source)
             old_tags = row.REF_TAGS or "[]"
@@ -245,7 +267,10 @@ class EventList(EventListReads):
                 }
             )
         if inserts:
-            executemany(conn, ("register-insert", table, tuple(inserts[0])), table.insert, inserts)
+            compiled = compile_for(
+                conn.dialect, ("register-insert", table), table.insert, _INSERTED
+            )
+            execute(conn, compiled, inserts)
             counts.new += len(inserts)
         if updates:
             executemany(

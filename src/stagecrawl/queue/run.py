@@ -30,7 +30,7 @@ from sqlalchemy import Connection
 from stagecrawl.errors import DatabaseUnavailable
 from stagecrawl.queue.ladder import ThisRun
 from stagecrawl.queue.sql import SqlQueue
-from stagecrawl.queue.table import Claimed, Outcome, utcnow
+from stagecrawl.queue.table import Claimed, Lease, Outcome, utcnow
 from stagecrawl.queue.workers import Holder, WorkerProgress, Workers, stale_after
 
 log = logging.getLogger("stagecrawl.queue")
@@ -58,6 +58,9 @@ class Handler(Generic[R]):
 
     def write(self, conn: Connection, results: Sequence[R]) -> None:
         """The registry's own rows for these results, inside the finishing transaction."""
+
+    def committed(self, results: Sequence[R]) -> None:
+        """Called (in the worker thread) once the finishing transaction has committed."""
 
     def finished(self, results: Sequence[R], kept: Sequence[bool]) -> None:
         """After the commit: per result, whether it was written (False: lease lost)."""
@@ -113,6 +116,11 @@ class QueueRun(Generic[R]):
         self.held_because = ""
         self._shared_limit = False
         self._told_waiting = float("-inf")  # when the last "waiting: …" line was logged
+        # Rows handed over by a producer of this process (`lease_terms`, `adopt`): open
+        # between `open` and `close`; and whether the table had nothing more to claim when
+        # last asked (the producer hands over what it registers, so claims can wait for it).
+        self._adoptable = False
+        self._claims_dry = False
 
     def hold(self, until: datetime, reason: str) -> None:
         """Claim nothing more in this run: nothing can be sent before `until`. What is
@@ -146,6 +154,7 @@ class QueueRun(Generic[R]):
             self.workers.register, self.worker, shared_limit, stale_after(self._interval)
         )
         self._heartbeat = asyncio.create_task(self._beat_forever())
+        self._adoptable = True
 
     @property
     def _interval(self) -> float:
@@ -175,6 +184,9 @@ class QueueRun(Generic[R]):
 
     async def close(self) -> None:
         """Every lease still held (read ahead and never handed out too) goes back now."""
+        # (first: a registration that began before this takes its lease under the database's
+        # write lock, which the release below waits for, so that lease goes back too)
+        self._adoptable = False
         self.released_rows += sum(len(unit) for unit in self._ready)
         self._ready.clear()
         if not self.leased:
@@ -213,6 +225,48 @@ class QueueRun(Generic[R]):
             except Exception as exc:  # a missed beat is retried; the lease has room for it
                 log.warning("heartbeat failed: %s", str(exc).splitlines()[0])
 
+    # -- rows handed over ---------------------------------------------------------------------
+    def lease_terms(self) -> Lease | None:
+        """The lease under which a producer running alongside in this process (a seeder) may
+        register new rows for this run, inside its registering transaction, or None. The
+        rows come leased to this worker, and `adopt` puts them among the claimed ones after
+        the commit: the claim that would read them back and lease them is not needed (on a
+        crawl it cost as much as registering them). SQLite only, where this is the one
+        writer (one collect a file) and the registering transaction holds the write lock
+        from its start; a kill -9 leaves the rows leased to a dead worker, and the next run
+        takes every lease back when it opens, as for rows it claimed. None once closing, on a
+        stop, a hold, or with a row limit (counted by claims)."""
+        if not (self._adoptable and self.leased and self.queue.db.is_sqlite):
+            return None
+        if self.settings.limit is not None or self.held_until is not None:
+            return None
+        if self.stopping is None or self.stopping():
+            return None
+        return Lease(self.worker, self.settings.lease_seconds, self.this_run)
+
+    def adopt(self, lease: Lease, others: bool) -> None:
+        """After the commit of a registration under `lease_terms`: its leased rows are this
+        run's claimed rows (the handler reads what it reads for claimed units first; in a
+        worker thread). `others`: it registered rows it did not lease too (merged old ones, a
+        requeue), which the next claim must look for."""
+        if others:
+            self._claims_dry = False
+        units = _groups(lease.rows)
+        if not units:
+            return
+        self.handler.claimed(units)
+        self.claimed_rows += len(lease.rows)
+        if not self._adoptable:  # closed meanwhile: its close gave the leases back
+            self.released_rows += len(lease.rows)
+            return
+        self._ready.extend(units)
+
+    def _dry(self) -> bool:
+        """Nothing claimable was found last time and a producer alongside is still at work,
+        handing over what it registers: the table need not be asked again until it ends (or
+        registers rows it did not hand over)."""
+        return self._claims_dry and self.more_coming()
+
     # -- the work-loop contract -------------------------------------------------------------
     async def claim(self, limit: int) -> list[Unit]:
         if self.held_until is not None:
@@ -226,7 +280,7 @@ class QueueRun(Generic[R]):
             # A commit in flight holds (or waits for) the write lock a claim would wait for,
             # and tops the read-ahead up before it lets go of it (`_top_up_wanted`).
             await asyncio.shield(self._committing)
-        if len(self._ready) < limit:
+        if len(self._ready) < limit and not self._dry():
             # Top up in bulk: the loop reads a short answer as "the queue ran short".
             wanted = max(limit - len(self._ready), self.settings.claim_batch)
             await asyncio.to_thread(self._claim_ahead, wanted)
@@ -258,7 +312,7 @@ class QueueRun(Generic[R]):
                 max_rows,
                 self._after,
             )
-            self._take(rows)
+            self._take(rows, groups)
 
     def _rows_left(self) -> int | None:
         """Rows this run may still claim (None: no limit)."""
@@ -266,14 +320,15 @@ class QueueRun(Generic[R]):
             return None
         return self.settings.limit - self.claimed_rows
 
-    def _take(self, rows: Sequence[Claimed]) -> None:
-        """Claimed rows into the read-ahead (under `_claiming`), once the handler has read
-        what it reads for them."""
+    def _take(self, rows: Sequence[Claimed], asked: int) -> None:
+        """Claimed rows (for `asked` groups) into the read-ahead (under `_claiming`), once the
+        handler has read what it reads for them."""
+        units = _groups(rows)
+        self._claims_dry = len(units) < asked
         if not rows:
             return
         self.claimed_rows += len(rows)
         self._after = rows[-1].group
-        units = _groups(rows)
         self.handler.claimed(units)
         self._ready.extend(units)
 
@@ -289,6 +344,8 @@ class QueueRun(Generic[R]):
         if not (self.leased and self.queue.db.is_sqlite):
             return 0
         if self.stopping is None or self.stopping() or self.held_until is not None:
+            return 0
+        if self._dry():
             return 0
         left = self._rows_left()
         if left is not None and left <= 0:
@@ -320,11 +377,12 @@ class QueueRun(Generic[R]):
         # commit does not wait for it (it holds the write lock that claim waits for).
         topping = self._top_up_wanted() > 0 and self._claiming.acquire(blocking=False)
         claimed: list[Claimed] = []
+        asked = [0]
 
         def write(conn: Connection, indexes: list[int]) -> None:
             handler.write(conn, [results[n] for n in indexes])
             if topping:
-                wanted = self._top_up_wanted()
+                wanted = asked[0] = self._top_up_wanted()
                 claimed[:] = (
                     self.queue.claim_on(
                         conn,
@@ -341,11 +399,12 @@ class QueueRun(Generic[R]):
 
         try:
             kept = self.queue.complete(self.worker if self.leased else None, units, write)
-            if topping:
-                self._take(claimed)  # committed: leased now
+            if topping and asked[0]:
+                self._take(claimed, asked[0])  # committed: leased now
         finally:
             if topping:
                 self._claiming.release()
+        handler.committed(results)
         return kept
 
     async def release(self, units: Sequence[Unit]) -> None:

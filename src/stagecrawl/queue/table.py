@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-from dataclasses import dataclass
+from collections.abc import Collection, Hashable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from stagecrawl.queue.ladder import LadderCodes
 
@@ -56,10 +56,11 @@ class QueueTable:
         return self.holder is not None and self.until is not None
 
 
-@dataclass(frozen=True)
-class Claimed:
+class Claimed(NamedTuple):
     """One claimed row: its key, group, state on the ladder, whether a requeue was asked, and
-    the declared name/version columns (None when the table declares none)."""
+    the declared name/version columns (None when the table declares none). A named tuple: a
+    crawl makes one per event, and a frozen dataclass's `__init__` (one `object.__setattr__`
+    a field) cost several times the tuple's."""
 
     id: Hashable
     group: str
@@ -88,3 +89,16 @@ class Outcome:
     def waits(cls, event: Claimed, reason: str, until: datetime) -> Outcome:
         """Not attempted: the row stays on its rung, with the reason and when it may go."""
         return cls(event, event.state, reason, (), until)
+
+
+@dataclass
+class Lease:
+    """Rows registered already leased to a worker of this process (`EventList.register_on`):
+    the events inserted new (not those already in the table) outside `exclude` get `worker`'s
+    lease of `seconds` in the registering transaction, and are listed in `rows` as claimed,
+    so that worker need not claim them back from the table."""
+
+    worker: str
+    seconds: float
+    exclude: Collection[str] = ()
+    rows: list[Claimed] = field(default_factory=list)

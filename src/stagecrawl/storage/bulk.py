@@ -49,9 +49,10 @@ class Compiled:
     names: tuple[str, ...]  # `columns`, then the binds filled from column defaults
     defaults: tuple[Any, ...]  # the values of those defaulted binds, already processed
     processors: tuple[tuple[int, Processor], ...]  # (position in `columns`, convert)
-    # Positional paramstyle: extended row → the SQL's parameters, in the SQL's order. Named:
-    # None when every name is a parameter (the dict is zip(names, row)), else the picker of
-    # `params` (the SQL's names) out of the extended row.
+    # Positional paramstyle: extended row → the SQL's parameters, in the SQL's order, or None
+    # when the extended row is in that order already. Named: None when every name is a
+    # parameter (the dict is zip(names, row)), else the picker of `params` (the SQL's names)
+    # out of the extended row.
     pick: Callable[[Sequence[Any]], tuple[Any, ...]] | None
     params: tuple[str, ...] | None  # named paramstyle: the names `pick` yields
     positional: bool
@@ -146,8 +147,9 @@ def _send(conn: Connection, compiled: Compiled, rows: Sequence[Sequence[Any]]) -
     params: list[Any]
     pick = compiled.pick
     if compiled.positional:
-        assert pick is not None
-        params = list(map(pick, table))  # also makes the tuples the driver needs
+        # rows already in the SQL's order only made tuples (what exec_driver_sql takes), not
+        # picked value by value
+        params = list(map(tuple, table)) if pick is None else list(map(pick, table))
     elif pick is None:
         names = compiled.names
         params = [dict(zip(names, row, strict=True)) for row in table]
@@ -190,7 +192,8 @@ def _compile(statement: Executable, dialect: Dialect, columns: tuple[str, ...]) 
     pick: Callable[[Sequence[Any]], tuple[Any, ...]] | None = None
     params: tuple[str, ...] | None = None
     if compiled.positional:
-        pick = _picker([position[name] for name in in_sql])
+        order = [position[name] for name in in_sql]
+        pick = None if order == list(range(len(names))) else _picker(order)
     elif set(in_sql) != set(names):
         params = in_sql
         pick = _picker([position[name] for name in in_sql])

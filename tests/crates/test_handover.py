@@ -1,0 +1,112 @@
+"""On SQLite a crawl's seeder registers the events it finds new already leased to the collector
+alongside (`QueueRun.lease_terms`, `adopt`): the collector takes them without claiming them
+back from the LIST, and they are held as claimed rows are: a killed run leaves them to the
+next one, a close gives them back, and nothing is handed over once a stop is asked."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import event, select
+
+from stagecrawl.crates.queue import NewEvent, event_list
+from stagecrawl.crates.worker import CollectSettings, CollectSummary, CrateResult, crates_queue
+from stagecrawl.queue import Lease, QueueRun
+from stagecrawl.storage.db import Database
+
+EVENTS = [
+    NewEvent("alpha", "1.0.0", "seed"),
+    NewEvent("alpha", "2.0.0", "seed"),
+    NewEvent("beta", "1.0.0", "seed"),
+]
+
+
+def collector_queue(
+    db: Database, worker: str, stopping: Callable[[], bool] = lambda: False
+) -> QueueRun[CrateResult]:
+    # a seeder alongside is still at work (more_coming)
+    return crates_queue(
+        db, worker, CollectSettings(), CollectSummary(), lambda: True, stopping=stopping
+    )
+
+
+def register(db: Database, lease: Lease | None) -> None:
+    db.transaction(lambda conn: event_list(db).register_on(conn, EVENTS, lease=lease))
+
+
+def leases(db: Database) -> list[tuple[str, str, str | None]]:
+    table = db.list
+    with db.reading() as conn:
+        rows = conn.execute(select(table.c.NAME, table.c.VERSION, table.c.CLAIMED_BY)).all()
+    return sorted((str(n), str(v), c) for n, v, c in rows)
+
+
+async def test_new_events_come_leased_and_are_handed_out_without_a_claim(tmp_path: Any) -> None:
+    db = Database(f"sqlite:///{tmp_path / 'handover.db'}")
+    run = collector_queue(db, "w1")
+    await run.open()
+    lease = run.lease_terms()
+    assert lease is not None
+    register(db, lease)
+    await asyncio.to_thread(run.adopt, lease, False)
+    assert leases(db) == [
+        ("alpha", "1.0.0", "w1"),
+        ("alpha", "2.0.0", "w1"),
+        ("beta", "1.0.0", "w1"),
+    ]
+
+    statements: list[str] = []
+    event.listen(db.engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+    units = await run.claim(10)
+    got = [[(e.name, e.version) for e in unit] for unit in units]
+    assert got == [[("alpha", "1.0.0"), ("alpha", "2.0.0")], [("beta", "1.0.0")]]
+    # nothing was leased by a claim: the seeder's transaction did it
+    assert not [s for s in statements if s.lstrip().upper().startswith("UPDATE")]
+
+    # Killed (never closed): the next run takes the leases back when it opens, and claims them.
+    again = collector_queue(db, "w2")
+    await again.open()
+    units = await again.claim(10)
+    assert sorted(e.version for unit in units for e in unit) == ["1.0.0", "1.0.0", "2.0.0"]
+    assert {c for _n, _v, c in leases(db)} == {"w2"}
+    await again.close()
+    db.dispose()
+
+
+async def test_a_close_gives_back_what_is_handed_over_and_a_stop_takes_nothing(
+    tmp_path: Any,
+) -> None:
+    db = Database(f"sqlite:///{tmp_path / 'handover.db'}")
+    run = collector_queue(db, "w1")
+    await run.open()
+    lease = run.lease_terms()
+    assert lease is not None
+    register(db, lease)
+    await run.close()  # before the registration's rows were adopted
+    await asyncio.to_thread(run.adopt, lease, False)
+    assert run.released_rows == 3
+    assert {c for _n, _v, c in leases(db)} == {None}
+    assert run.lease_terms() is None  # closed
+
+    stop = [False]
+    stopping = collector_queue(db, "w2", stopping=lambda: stop[0])
+    await stopping.open()
+    assert stopping.lease_terms() is not None
+    stop[0] = True
+    assert stopping.lease_terms() is None
+    await stopping.close()
+    db.dispose()
+
+
+async def test_only_sqlite_hands_over(db_url: str) -> None:
+    """Elsewhere other workers share the LIST and the seeder registers in transactions of its
+    own: its events are claimed as before."""
+    db = Database(db_url)
+    run = collector_queue(db, "w1")
+    await run.open()
+    terms = run.lease_terms()
+    await run.close()
+    db.dispose()
+    assert (terms is not None) == db_url.startswith("sqlite")
