@@ -293,9 +293,10 @@ class QueueRun(Generic[R]):
         return {*self._held, *self.this_run}
 
     def _peek(self, limit: int, kept_out: set[str]) -> list[Unit]:
-        rows = self.queue.peek(limit, kept_out)
+        rows = self.queue.peek(limit, kept_out, self._after)
         units = _groups(rows)
         if units:
+            self._after = rows[-1].group  # the next read goes on from here (`SqlQueue.peek`)
             self.handler.claimed(units)
         return units
 
@@ -418,7 +419,7 @@ class QueueRun(Generic[R]):
 
     async def is_empty(self) -> bool:
         if not self.leased:
-            return not await asyncio.to_thread(self.queue.peek, 1, self._kept_out())
+            return not await asyncio.to_thread(self.queue.peek, 1, self._kept_out(), self._after)
         return await asyncio.to_thread(self.queue.pending_count) == 0
 
     async def is_finished(self) -> bool:

@@ -206,17 +206,32 @@ class SqlQueue(QueueReads):
             .values({k: bindparam(f"v_{k}") for k in values})
         )
 
-    def peek(self, limit: int, exclude: Collection[str] | None = None) -> list[Claimed]:
+    def peek(
+        self, limit: int, exclude: Collection[str] | None = None, after: str | None = None
+    ) -> list[Claimed]:
         """The first `limit` claimable rows in group order, read without a lease (a queue
-        without lease columns: its caller keeps what it holds out with `exclude`)."""
-        query = (
-            select(*self._columns())
-            .where(self._claimable(utcnow(), snapshot(exclude)))
-            .order_by(self._c(self.spec.group))
-            .limit(limit)
-        )
+        without lease columns: its caller keeps what it holds out with `exclude`); past
+        `after` (the last group its caller read), from the start when none is found there.
+
+        The cursor is why a long run's reads cost the same at its end as at its start: the
+        seed table has no index on its state, and names are seeded in name order, so a read
+        from the start walked past every name already done (10,000 seeds, 9,000 done:
+        1.5 ms a read; 100,000: 11.7 ms, where the cursor reads a handful of rows)."""
+        group = self._c(self.spec.group)
+        claimable = self._claimable(utcnow(), snapshot(exclude))
+
+        def read(conn: Connection) -> Sequence[Any]:
+            rows: Sequence[Any] = []
+            for start in [after, None] if after else [None]:
+                where = claimable if start is None else and_(claimable, group > literal(start))
+                query = select(*self._columns()).where(where).order_by(group).limit(limit)
+                rows = conn.execute(query).all()
+                if rows:
+                    break
+            return rows
+
         # db.read: redone whole after a lost connection, within the outage bound
-        return self._claimed(self.db.read(lambda conn: conn.execute(query).all()))
+        return self._claimed(self.db.read(read))
 
     def _arm_conditions(
         self, now: datetime, excluded: Collection[str]
