@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, case, literal, or_, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Connection
 
 from stagecrawl.crates.client import CratesClient, IndexEntry, explain
 from stagecrawl.crates.index import IndexFormatError
@@ -29,7 +28,6 @@ from stagecrawl.crates.queue import (
     COLLECTED,
     GAVE_UP,
     NOT_FOUND,
-    PENDING,
     Claimed,
     NewEvent,
     Outcome,
@@ -44,6 +42,7 @@ from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.engine.work import LoopSettings, LoopStats, WorkLoop
 from stagecrawl.errors import FetchError, InputError, LimiterUnavailable, NotFound, RateLimited
 from stagecrawl.queue import Handler, QueueRun
+from stagecrawl.queue.seeds import queue_seeds
 from stagecrawl.secrets import redact
 from stagecrawl.settings import DEFAULTS
 from stagecrawl.storage.db import Database
@@ -105,53 +104,7 @@ def add_seeds(db: Database, names: Sequence[str], resync: bool = False) -> int:
     unique: dict[str, str] = {}
     for name in names:
         unique.setdefault(identity_key(validate_name(name)), name)  # first spelling wins
-    if not unique:
-        return 0
-    table = db.seed
-    now = utcnow()
-
-    def work(conn: Connection) -> None:
-        known = {
-            str(r[0]).lower()
-            for r in conn.execute(
-                select(table.c.CRATE_NAME).where(table.c.CRATE_NAME.in_(list(unique)))
-            )
-        }
-        fresh = [
-            {
-                "CRATE_NAME": key,
-                "NAME": name,
-                "STATE": PENDING,
-                "RESYNC": resync,
-                "LAST_UPDATED": now,
-            }
-            for key, name in unique.items()
-            if key not in known
-        ]
-        if fresh:
-            conn.execute(table.insert(), fresh)
-        again = [{"b_key": key, "NAME": unique[key], "RESYNC": resync} for key in sorted(known)]
-        if again:
-            conn.execute(
-                update(table)
-                .where(table.c.CRATE_NAME == bindparam("b_key"))
-                .values(
-                    NAME=bindparam("NAME"),
-                    STATE=PENDING,
-                    RESYNC=or_(table.c.RESYNC, bindparam("RESYNC")),
-                    # a seed that waits for a host's pause keeps its reason (and its time)
-                    LAST_ERROR=case(
-                        (table.c.NOT_BEFORE > literal(now), table.c.LAST_ERROR), else_=None
-                    ),
-                    LAST_UPDATED=now,
-                ),
-                again,
-            )
-
-    try:
-        db.transaction(work)
-    except IntegrityError:  # another process queued one of them between read and insert
-        db.transaction(work)
+    queue_seeds(db, db.seed, unique, resync)
     return len(unique)
 
 
