@@ -5,8 +5,7 @@ Written `SEED_CHUNK` names at a time, all in the one transaction: the rows built
 executes (a dict per name) and the `IN` read of the known ones are bounded by the chunk, not
 by the seed list. Built whole, a `crates crawl` of 10,000 names held ~7 MB of them at once at
 the start, and the read's statement, kept in SQLAlchemy's compiled cache with its values, held
-every key of the first call for the rest of the run (~0.6 MB at 10,000). A seed list longer
-than SQLite's bound on parameters (32,766) is one read per chunk too, not one refused read.
+every key of the first call for the rest of the run (~0.6 MB at 10,000).
 """
 
 from __future__ import annotations
