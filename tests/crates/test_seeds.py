@@ -6,12 +6,22 @@ from __future__ import annotations
 import gc
 from typing import Any
 
-from sqlalchemy import event, select, update
+from sqlalchemy import event, func, select, update
 
-from stagecrawl.crates.queue import PENDING
-from stagecrawl.crates.seeding import add_seeds
+from stagecrawl.crates.client import index_entry
+from stagecrawl.crates.queue import PENDING, Claimed
+from stagecrawl.crates.seeding import (
+    EVENTS_PER_WRITE,
+    SEEDED,
+    SeedHandler,
+    SeedReport,
+    SeedResult,
+    add_seeds,
+)
+from stagecrawl.engine.fetcher import Validators
 from stagecrawl.queue.seeds import SEED_CHUNK
 from stagecrawl.storage.db import Database
+from stagecrawl.testing.registry import index_line
 
 
 def _names(count: int) -> list[str]:
@@ -61,3 +71,37 @@ def test_seeding_keeps_no_name_after_it(tmp_path: Any) -> None:
         if isinstance(o, list | tuple) and o is not names and any(k in o for k in keys)
     ]
     assert kept == []
+
+
+def test_a_seeding_batch_writes_its_events_a_slice_at_a_time(tmp_path: Any) -> None:
+    """A seeder's commit (up to 256 crates) built every event's row at once; each statement
+    now holds EVENTS_PER_WRITE events at most, or one crate that lists more, and the batch
+    is still one transaction that registers every event."""
+    db = Database(f"sqlite:///{tmp_path / 'slices.db'}")
+    sizes = [30] * 80 + [EVENTS_PER_WRITE + 76] + [30] * 20
+    results = []
+    for n, versions in enumerate(sizes):
+        name = f"slice-{n:03d}"
+        lines = "\n".join(index_line(name, f"0.{v}.0") for v in range(versions))
+        entry = index_entry(lines.encode(), Validators(), name)
+        results.append(SeedResult(Claimed(name, name, PENDING, False, name, ""), entry, SEEDED))
+    handler = SeedHandler(db, SeedReport())
+    inserts: list[int] = []
+
+    def count(_conn: Any, _cursor: Any, sql: str, params: Any, _ctx: Any, many: bool) -> None:
+        if many and sql.startswith("INSERT") and db.list.name in sql.split("(")[0]:
+            inserts.append(len(params))
+
+    event.listen(db.engine, "before_cursor_execute", count)
+    try:
+        db.transaction(lambda conn: handler.write(conn, results))
+    finally:
+        event.remove(db.engine, "before_cursor_execute", count)
+    handler.finished(results, [True] * len(results))
+    assert handler.report.counts.new == sum(sizes)
+    with db.engine.connect() as conn:
+        stored = conn.execute(select(func.count()).select_from(db.list)).scalar_one()
+    assert stored == sum(sizes)
+    assert sum(inserts) == sum(sizes) and len(inserts) > 1
+    assert max(inserts) == EVENTS_PER_WRITE + 76  # the large crate, whole
+    assert sorted(inserts)[-2] <= EVENTS_PER_WRITE

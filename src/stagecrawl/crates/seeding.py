@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -108,6 +108,24 @@ def add_seeds(db: Database, names: Sequence[str], resync: bool = False) -> int:
     return len(unique)
 
 
+# Events registered per statement group inside a seeding transaction (see SeedHandler.write).
+EVENTS_PER_WRITE = 1024
+
+
+def _slices(results: Sequence[SeedResult], most: int) -> Iterator[Sequence[SeedResult]]:
+    """Consecutive runs of results with at most `most` listed versions together (a crate with
+    more is a run of its own)."""
+    start, versions = 0, 0
+    for end, result in enumerate(results):
+        listed = len(result.entry.versions) if result.entry is not None else 0
+        if versions and versions + listed > most:
+            yield results[start:end]
+            start, versions = end, 0
+        versions += listed
+    if start < len(results):
+        yield results[start:]
+
+
 class SeedHandler(Handler[SeedResult]):
     """What seeding tells the generic queue: a name's new state (and how many versions the
     index listed), the LIST events it found, and the report. On SQLite the events are
@@ -157,15 +175,21 @@ class SeedHandler(Handler[SeedResult]):
         self._count(counts)
 
     def write(self, conn: Connection, results: Sequence[SeedResult]) -> None:
+        """The batch's events are registered a slice of its crates at a time (in the one
+        transaction): each event's row is built in memory before it is written, so a whole
+        batch (a seeder at its backlog bound commits ~170 crates, 5,000 events of 30-version
+        crates, up to its 256 crates of any size) held them all at once; a slice holds
+        `EVENTS_PER_WRITE` (or one larger crate)."""
         if not self.db.is_sqlite:
             return  # registered before (`prepare`)
-        events, resync = self._events(results)
         queue = event_list(self.db)
         counts = RegisterCounts()
-        if events:
-            counts.add(queue.register_on(conn, events))
-        if resync:
-            counts.add(queue.register_on(conn, resync, resync=True))
+        for part in _slices(results, EVENTS_PER_WRITE):
+            events, resync = self._events(part)
+            if events:
+                counts.add(queue.register_on(conn, events))
+            if resync:
+                counts.add(queue.register_on(conn, resync, resync=True))
         self._written = counts
 
     def _count(self, counts: RegisterCounts) -> None:
