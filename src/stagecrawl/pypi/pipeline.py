@@ -18,8 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, case, literal, or_, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Connection
 
 from stagecrawl.engine.fetcher import Fetcher, FetchSettings
 from stagecrawl.engine.git import GitRepo, select_tags
@@ -56,12 +55,12 @@ from stagecrawl.queue import (
 from stagecrawl.queue.events import (
     COLLECTED,
     LIST_CODES,
-    PENDING,
     SKIPPED,
     NewEvent,
     RegisterCounts,
 )
 from stagecrawl.queue.events import NOT_FOUND as EVENT_NOT_FOUND
+from stagecrawl.queue.seeds import queue_seeds
 from stagecrawl.sca.matcher import LicenseMatcher
 from stagecrawl.storage.db import Database
 
@@ -118,47 +117,7 @@ def add_seeds(db: Database, names: Sequence[str], resync: bool = False) -> int:
     unique: dict[str, str] = {}
     for name in check_names(names):
         unique.setdefault(normalize(name), name)
-    if not unique:
-        return 0
-    table = tables.tables(db).seed
-    now = utcnow()
-
-    def work(conn: Connection) -> None:
-        known = {
-            str(r[0]).lower()
-            for r in conn.execute(
-                select(table.c.CRATE_NAME).where(table.c.CRATE_NAME.in_(list(unique)))
-            )
-        }
-        fresh = [
-            {"CRATE_NAME": k, "NAME": n, "STATE": PENDING, "RESYNC": resync, "LAST_UPDATED": now}
-            for k, n in unique.items()
-            if k not in known
-        ]
-        if fresh:
-            conn.execute(table.insert(), fresh)
-        again = [{"b_key": k, "NAME": unique[k], "RESYNC": resync} for k in sorted(known)]
-        if again:
-            conn.execute(
-                update(table)
-                .where(table.c.CRATE_NAME == bindparam("b_key"))
-                .values(
-                    NAME=bindparam("NAME"),
-                    STATE=PENDING,
-                    RESYNC=or_(table.c.RESYNC, bindparam("RESYNC")),
-                    # a seed that waits for a host's pause keeps its reason (and its time)
-                    LAST_ERROR=case(
-                        (table.c.NOT_BEFORE > literal(now), table.c.LAST_ERROR), else_=None
-                    ),
-                    LAST_UPDATED=now,
-                ),
-                again,
-            )
-
-    try:
-        db.transaction(work)
-    except IntegrityError:  # another process queued one of them between read and insert
-        db.transaction(work)
+    queue_seeds(db, tables.tables(db).seed, unique, resync)
     return len(unique)
 
 
