@@ -222,10 +222,12 @@ class SeedHandler(Handler[SeedResult]):
 
     def committed(self, results: Sequence[SeedResult]) -> None:
         lease, self._lease = self._lease, None
-        if lease is not None and self.hand_to is not None and self._written is not None:
+        if self.hand_to is not None and self._written is not None:
+            # told of unleased rows too (no terms: a row limit, a hold), or a collector that
+            # found the LIST empty would not look again until the seeder ends (`_claims_dry`)
             written = self._written
-            others = written.new + written.requeued > len(lease.rows)
-            self.hand_to.adopt(lease, others)
+            handed = 0 if lease is None else len(lease.rows)
+            self.hand_to.adopt(lease, written.new + written.requeued > handed)
 
     def _count(self, counts: RegisterCounts) -> None:
         self.report.counts.add(counts)
