@@ -118,18 +118,19 @@ async def test_only_sqlite_hands_over(db_url: str) -> None:
 
 
 async def test_events_registered_unleased_are_claimed_while_the_seeder_goes_on(
-    tmp_path: Any,
+    db_url: str,
 ) -> None:
-    """With a row limit (`crawl --limit`) nothing is handed over: the seeder registers its
-    events unleased, and the collector, which found the LIST empty at its start, must still
-    claim them while the seeder is at work, not only once it has finished (a crawl then
-    collected nothing until every name was seeded)."""
-    db = Database(f"sqlite:///{tmp_path / 'limit.db'}")
-    collect = CollectSettings(limit=10)
+    """Where nothing is handed over (a row limit, as `crawl --limit`; MariaDB and PostgreSQL,
+    where the seeder registers in transactions of its own) the collector, which found the
+    LIST empty at its start, must claim the events the seeder registers while it is at work,
+    not only once it has finished (a crawl then collected nothing until every name was
+    seeded)."""
+    db = Database(db_url)
+    collect = CollectSettings(limit=10 if db.is_sqlite else None)
     run = crates_queue(db, "w1", collect, CollectSummary(), lambda: True)
     await run.open()
     assert await run.claim(10) == []  # nothing yet: the seeder has not registered anything
-    assert run.lease_terms() is None  # a row limit: registered unleased
+    assert run.lease_terms() is None  # registered unleased
 
     seeder = SeedHandler(db, SeedReport())
     seeder.hand_to = run
@@ -137,6 +138,8 @@ async def test_events_registered_unleased_are_claimed_while_the_seeder_goes_on(
     entry = IndexEntry("alpha", versions, Validators(), "")
     seed = Claimed("alpha", "alpha", PENDING, False, "alpha", "")
     results = [SeedResult(seed, entry, COLLECTED)]
+    # as the work loop finishes a seed: prepare, the finishing transaction, its commit
+    await asyncio.to_thread(seeder.prepare, results)
     db.transaction(lambda conn: seeder.write(conn, results))
     seeder.committed(results)
 
