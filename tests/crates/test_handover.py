@@ -11,9 +11,14 @@ from typing import Any
 
 from sqlalchemy import event, select
 
+from stagecrawl.crates.client import IndexEntry
+from stagecrawl.crates.index import IndexVersion
 from stagecrawl.crates.queue import NewEvent, event_list
+from stagecrawl.crates.seeding import SeedHandler, SeedReport, SeedResult
 from stagecrawl.crates.worker import CollectSettings, CollectSummary, CrateResult, crates_queue
-from stagecrawl.queue import Lease, QueueRun
+from stagecrawl.engine.fetcher import Validators
+from stagecrawl.queue import Claimed, Lease, QueueRun
+from stagecrawl.queue.lists import COLLECTED, PENDING
 from stagecrawl.storage.db import Database
 
 EVENTS = [
@@ -110,3 +115,35 @@ async def test_only_sqlite_hands_over(db_url: str) -> None:
     await run.close()
     db.dispose()
     assert (terms is not None) == db_url.startswith("sqlite")
+
+
+async def test_events_registered_unleased_are_claimed_while_the_seeder_goes_on(
+    db_url: str,
+) -> None:
+    """Where nothing is handed over (a row limit, as `crawl --limit`; MariaDB and PostgreSQL,
+    where the seeder registers in transactions of its own) the collector, which found the
+    LIST empty at its start, must claim the events the seeder registers while it is at work,
+    not only once it has finished (a crawl then collected nothing until every name was
+    seeded)."""
+    db = Database(db_url)
+    collect = CollectSettings(limit=10 if db.is_sqlite else None)
+    run = crates_queue(db, "w1", collect, CollectSummary(), lambda: True)
+    await run.open()
+    assert await run.claim(10) == []  # nothing yet: the seeder has not registered anything
+    assert run.lease_terms() is None  # registered unleased
+
+    seeder = SeedHandler(db, SeedReport())
+    seeder.hand_to = run
+    versions = [IndexVersion("alpha", v, [], "00", {}, False, None, None, None) for v in "12"]
+    entry = IndexEntry("alpha", versions, Validators(), "")
+    seed = Claimed("alpha", "alpha", PENDING, False, "alpha", "")
+    results = [SeedResult(seed, entry, COLLECTED)]
+    # as the work loop finishes a seed: prepare, the finishing transaction, its commit
+    await asyncio.to_thread(seeder.prepare, results)
+    db.transaction(lambda conn: seeder.write(conn, results))
+    seeder.committed(results)
+
+    units = await run.claim(10)
+    assert sorted(e.version for unit in units for e in unit) == ["1", "2"]
+    await run.close()
+    db.dispose()

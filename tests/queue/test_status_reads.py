@@ -204,3 +204,22 @@ def test_status_on_a_file_that_is_not_stagecrawls_creates_no_table(tmp_path: Pat
     assert "no stagecrawl tables" in done.stderr
     with sqlite3.connect(path) as conn:
         assert [n for (n,) in conn.execute("SELECT name FROM sqlite_master")] == ["notes"]
+
+
+@pytest.mark.parametrize("folder", ["a#b", "c?d", "100%25"])
+@pytest.mark.parametrize("scheme", ["sqlite", "sqlite+pysqlite"])
+def test_status_reads_a_database_in_a_folder_whose_name_has_uri_characters(
+    tmp_path: Path, folder: str, scheme: str
+) -> None:
+    """A read-only SQLite file is opened by a `file:` URI: a `#`, `?` or `%` in the path (here
+    a folder's name, the URL relative to it) must not cut the URI short, which opened another
+    file read and write, created it, and read no stagecrawl tables there."""
+    made = tmp_path / "status.db"  # made here: the URL of its final place is not plain
+    fill_for_status(f"sqlite:///{made}")
+    where = tmp_path / folder
+    where.mkdir()
+    made.rename(where / made.name)
+    done = stagecrawl("status", "--db", f"{scheme}:///status.db", "--format", "json", cwd=where)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["crates"]["versions"] > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [folder]  # nothing made beside it

@@ -32,7 +32,7 @@ from stagecrawl.queue.reads import WorkerReads, registry_reads
 from stagecrawl.queue.table import utcnow
 from stagecrawl.secrets import mask_url, redact_data
 from stagecrawl.storage.names import RUST
-from stagecrawl.storage.reads import ReadSource, SqliteFile, sqlite_file
+from stagecrawl.storage.reads import ReadSource, SqliteFile, file_uri, sqlite_file
 
 if TYPE_CHECKING:
     from stagecrawl.engine.shutdown import GracefulStop
@@ -160,7 +160,7 @@ def aircraft_status(out: Path) -> dict[str, Any]:
     for path in sorted(folder.glob("*.frontier.sqlite")):
         name = path.name.split(".", 1)[0]
         try:
-            conn = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)
+            conn = sqlite3.connect(f"{file_uri(path.resolve())}?mode=ro", uri=True)
             try:
                 counts = dict(
                     conn.execute("SELECT state, COUNT(*) FROM requests GROUP BY state").fetchall()

@@ -177,6 +177,7 @@ class SeedHandler(Handler[SeedResult]):
         if resync:
             counts.add(register(self.db, resync, resync=True))
         self._count(counts)
+        self._hand_over(None, counts)  # committed already, each in its own transaction
 
     def write(self, conn: Connection, results: Sequence[SeedResult]) -> None:
         """The batch's events are registered a slice of its crates at a time (in the one
@@ -199,10 +200,18 @@ class SeedHandler(Handler[SeedResult]):
 
     def committed(self, results: Sequence[SeedResult]) -> None:
         lease, self._lease = self._lease, None
-        if lease is not None and self.hand_to is not None and self._written is not None:
-            written = self._written
-            others = written.new + written.requeued > len(lease.rows)
-            self.hand_to.adopt(lease, others)
+        if self._written is not None:
+            self._hand_over(lease, self._written)
+
+    def _hand_over(self, lease: Lease | None, counts: RegisterCounts) -> None:
+        """Tell the collector alongside what was registered and committed: the rows leased
+        to it, and whether there are others to claim. Unleased rows too (no terms: a row
+        limit, a hold; MariaDB and PostgreSQL, registered in `prepare`), or a collector that
+        found the LIST empty would not look again until the seeder ends (`_claims_dry`)."""
+        if self.hand_to is None:
+            return
+        handed = 0 if lease is None else len(lease.rows)
+        self.hand_to.adopt(lease, counts.new + counts.requeued > handed)
 
     def _count(self, counts: RegisterCounts) -> None:
         self.report.counts.add(counts)

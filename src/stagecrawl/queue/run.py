@@ -244,13 +244,16 @@ class QueueRun(Generic[R]):
             return None
         return Lease(self.worker, self.settings.lease_seconds, self.this_run)
 
-    def adopt(self, lease: Lease, others: bool) -> None:
-        """After the commit of a registration under `lease_terms`: its leased rows are this
-        run's claimed rows (the handler reads what it reads for claimed units first; in a
-        worker thread). `others`: it registered rows it did not lease too (merged old ones, a
-        requeue), which the next claim must look for."""
+    def adopt(self, lease: Lease | None, others: bool) -> None:
+        """After the commit of a producer's registration, under `lease_terms` (`lease`) or
+        not (None: no terms were given): its leased rows are this run's claimed rows (the
+        handler reads what it reads for claimed units first; in a worker thread). `others`:
+        it registered rows it did not lease (merged old ones, a requeue, all of them without
+        a lease), which the next claim must look for."""
         if others:
             self._claims_dry = False
+        if lease is None:
+            return
         units = _groups(lease.rows)
         if not units:
             return

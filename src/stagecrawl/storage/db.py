@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import unquote
 
 from sqlalchemy import (
     BINARY,
@@ -55,7 +56,7 @@ from stagecrawl.secrets import mask_url, redact
 from stagecrawl.settings import DEFAULTS
 from stagecrawl.storage import names
 from stagecrawl.storage.names import RegistryNames
-from stagecrawl.storage.reads import EngineReads, existing_database, immutable
+from stagecrawl.storage.reads import EngineReads, existing_database, file_uri, immutable
 
 log = logging.getLogger("stagecrawl.storage")
 
@@ -829,14 +830,15 @@ def _sqlite_read_only(url: URL) -> URL:
     if immutable(file):
         query["immutable"] = "1"
     # SQLAlchemy's documented form: the file: URI as database, mode and uri as query.
-    return url.set(database=f"file:{file}", query=query)
+    return url.set(database=file_uri(file), query=query)
 
 
 def _read_only_hint(path: str | None) -> str:
     """Why SQLite could not open a database to read it, where it only says 'unable to open'."""
     if not path:
         return ""
-    file = Path(path.removeprefix("file:"))
+    # a read-only command's is a `file:` URI (`file_uri`: %-escaped)
+    file = Path(unquote(path.removeprefix("file:")) if path.startswith("file:") else path)
     folder = file.parent
     if os.access(folder, os.W_OK):
         return ""

@@ -145,6 +145,15 @@ def existing_database(path: str) -> Path:
     return Path(path).resolve()
 
 
+def file_uri(path: Path) -> str:
+    """`path` (absolute) as SQLite's `file:` URI, without a query. SQLite reads a `?` or `#`
+    in a URI's path as the start of its query or fragment and decodes `%HH`, so these are
+    escaped: unescaped, a folder named `a#b` made `file:/x/a#b/s.db?mode=ro` open `/x/a` read
+    and write, creating that file, with no `mode=ro`."""
+    text = str(path).replace("%", "%25").replace("?", "%3F").replace("#", "%23")
+    return f"file:{text}"
+
+
 def immutable(path: Path) -> bool:
     """Whether SQLite may read `path` as immutable: it is on a file system mounted read-only
     (a snapshot, a CD, a read-only volume in a container) and no commits wait in its WAL.
@@ -180,7 +189,7 @@ class SqliteFile:
         # timeout: as the SQLAlchemy path's, for a database locked in another journal mode
         mode = "mode=ro&immutable=1" if immutable(self.path) else "mode=ro"
         conn = sqlite3.connect(
-            f"file:{self.path}?{mode}", uri=True, timeout=30, isolation_level=None
+            f"{file_uri(self.path)}?{mode}", uri=True, timeout=30, isolation_level=None
         )
         try:
             conn.execute("BEGIN")
