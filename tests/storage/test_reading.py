@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import subprocess
 import threading
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from sqlalchemy.exc import OperationalError
 
 from stagecrawl.crates.store import existing_versions
 from stagecrawl.storage.db import Database
+from stagecrawl.storage.reads import immutable
 
 
 def _hold_write_lock(path: Path) -> sqlite3.Connection:
@@ -73,3 +75,26 @@ def test_read_only_database_still_reads(tmp_path: Path) -> None:
     with db.engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(db.list)).scalar_one() == 0
     db.dispose()
+
+
+def test_a_read_only_mount_is_read_with_its_locks_where_it_can_be(tmp_path: Path) -> None:
+    """Immutable mode (no locks, no WAL index) only where a plain read-only open fails: a
+    read-only mount may be a view of a volume written elsewhere, whose index is there."""
+    from tests.acceptance.test_bad_input import tmpfs
+
+    made = tmp_path / "made.db"
+    Database(f"sqlite:///{made}").dispose()  # merged into the file on close
+    writer = sqlite3.connect(made)  # a writer elsewhere: its -wal and -shm exist
+    writer.execute("PRAGMA journal_mode=WAL")
+    writer.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    with tmpfs(tmp_path / "ro", "size=4m") as folder:
+        for name in ("alone.db", "beside.db"):
+            (folder / name).write_bytes(made.read_bytes())
+        for suffix in ("-wal", "-shm"):
+            (folder / f"beside.db{suffix}").write_bytes(Path(f"{made}{suffix}").read_bytes())
+        remounted = subprocess.run(["mount", "-o", "remount,ro", str(folder)], capture_output=True)
+        assert remounted.returncode == 0, remounted.stderr
+        assert immutable(folder / "alone.db")  # no index, none can be made: immutable
+        assert not immutable(folder / "beside.db")  # its index is there: read with locks
+        assert not immutable(made)  # not a read-only mount
+    writer.close()

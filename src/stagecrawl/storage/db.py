@@ -394,14 +394,22 @@ _WRITTEN_SQLITE: weakref.WeakSet[Database] = weakref.WeakSet()
 
 @atexit.register
 def _merge_sqlite_wal_at_exit() -> None:
-    """Close the pooled connections of every SQLite database written here, so the last
-    connection's close merges the WAL into the database file (SQLite's checkpoint on close).
-    A process that only exits leaves its last commits (up to ~4 MB) in `stagecrawl.db-wal`:
-    safe for SQLite, but a backup or a copy of `stagecrawl.db` alone then lacks them, and on
-    read-only media the file cannot be read at all."""
+    """Merge the WAL of every SQLite database written here into its file as the process
+    exits (a checkpoint that also empties the log): a process that only exits leaves its
+    last commits (up to ~4 MB) in `stagecrawl.db-wal`, safe for SQLite, but then a backup or
+    copy of `stagecrawl.db` alone lacks them, and on read-only media it cannot be read.
+
+    Not by closing the connections (the last close merges too): it also deletes `-wal` and
+    `-shm`, and a reader who may not write in the folder (another user's crawl) can read a
+    WAL database only while they exist. Nor does it wait: a reader holding a snapshot keeps
+    what it reads in the log, which the next checkpoint merges."""
     for db in list(_WRITTEN_SQLITE):
-        with contextlib.suppress(Exception):  # an exit never fails on its clean-up
-            db.dispose()
+        # an exit never fails on its clean-up
+        with contextlib.suppress(Exception), db.engine.connect() as conn:
+            driver = conn.connection.dbapi_connection
+            assert driver is not None
+            driver.execute("PRAGMA busy_timeout=0")  # at once, or not at all
+            driver.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
 
 class Database:

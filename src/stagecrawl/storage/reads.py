@@ -155,21 +155,33 @@ def file_uri(path: Path) -> str:
 
 
 def immutable(path: Path) -> bool:
-    """Whether SQLite may read `path` as immutable: it is on a file system mounted read-only
-    (a snapshot, a CD, a read-only volume in a container) and no commits wait in its WAL.
+    """Whether SQLite must read `path` as immutable: it is on a file system mounted read-only
+    (a snapshot, a CD, a read-only volume in a container), no commits wait in its WAL, and a
+    plain read-only open fails there.
 
     Our databases are in WAL mode, and a reader of a WAL database needs the `-shm` index
     beside it, which SQLite cannot create on read-only media: it says only "unable to open
-    database file". Nothing can change a file there, so reading it without locks and without
-    the index is safe (CPython's dbm.sqlite3 does the same, gh-135386). Anywhere else another
-    process may be writing, so the locks stay."""
+    database file". Read as immutable (no locks, no index), it opens (CPython's dbm.sqlite3
+    does the same, gh-135386). Only when the plain open fails: a read-only mount may be a view
+    of a volume another machine or container writes, and there the index exists and its locks
+    keep a read from being torn by a checkpoint."""
     try:
-        read_only_media = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+        if not os.statvfs(path).f_flag & os.ST_RDONLY:
+            return False
         wal = path.with_name(f"{path.name}-wal")
-        pending = wal.exists() and wal.stat().st_size > 0
+        if wal.exists() and wal.stat().st_size > 0:
+            return False  # commits that immutable mode would not see
     except OSError:
         return False
-    return read_only_media and not pending
+    try:
+        probe = sqlite3.connect(f"{file_uri(path)}?mode=ro", uri=True, timeout=1)
+        try:
+            probe.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        finally:
+            probe.close()
+    except sqlite3.Error:
+        return True
+    return False
 
 
 class SqliteFile:
