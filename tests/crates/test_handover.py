@@ -147,3 +147,32 @@ async def test_events_registered_unleased_are_claimed_while_the_seeder_goes_on(
     assert sorted(e.version for unit in units for e in unit) == ["1", "2"]
     await run.close()
     db.dispose()
+
+
+async def test_a_registration_told_during_a_short_claim_is_claimed_next(tmp_path: Any) -> None:
+    """The seeder tells the collector of unleased rows from its own thread, whenever its
+    commit ends: if that falls while a claim is reading (and the rows committed after the
+    read began), the claim comes back short, yet the next claim must look for them, not
+    wait for another registration or the seeder's end."""
+    db = Database(f"sqlite:///{tmp_path / 'race.db'}")
+    run = crates_queue(db, "w1", CollectSettings(limit=10), CollectSummary(), lambda: True)
+    await run.open()
+    claim = run.queue.claim
+
+    def claim_while_the_seeder_commits(*args: Any, **kwargs: Any) -> list[Claimed]:
+        rows = claim(*args, **kwargs)  # read: nothing there yet
+        register(db, None)  # the seeder's commit ends after that read …
+        run.adopt(None, True)  # … and it tells the collector, in the middle of the claim
+        return rows
+
+    run.queue.claim = claim_while_the_seeder_commits  # type: ignore[method-assign]
+    assert await run.claim(10) == []
+    run.queue.claim = claim  # type: ignore[method-assign]
+    units = await run.claim(10)
+    assert sorted((e.name, e.version) for unit in units for e in unit) == [
+        ("alpha", "1.0.0"),
+        ("alpha", "2.0.0"),
+        ("beta", "1.0.0"),
+    ]
+    await run.close()
+    db.dispose()

@@ -121,6 +121,9 @@ class QueueRun(Generic[R]):
         # last asked (the producer hands over what it registers, so claims can wait for it).
         self._adoptable = False
         self._claims_dry = False
+        # Registrations of unleased rows told by `adopt` (its thread, not the claim's): a
+        # short claim that read before the latest of them does not make the claims dry.
+        self._unleased_told = 0
 
     def hold(self, until: datetime, reason: str) -> None:
         """Claim nothing more in this run: nothing can be sent before `until`. What is
@@ -251,6 +254,7 @@ class QueueRun(Generic[R]):
         it registered rows it did not lease (merged old ones, a requeue, all of them without
         a lease), which the next claim must look for."""
         if others:
+            self._unleased_told += 1
             self._claims_dry = False
         if lease is None:
             return
@@ -308,6 +312,7 @@ class QueueRun(Generic[R]):
             max_rows = self._rows_left()
             if max_rows is not None and max_rows <= 0:
                 return
+            told = self._unleased_told  # before the read: what it may not have seen comes after
             rows = self.queue.claim(
                 self.worker,
                 groups,
@@ -316,7 +321,7 @@ class QueueRun(Generic[R]):
                 max_rows,
                 self._after,
             )
-            self._take(rows, groups)
+            self._take(rows, groups, told)
 
     def _rows_left(self) -> int | None:
         """Rows this run may still claim (None: no limit)."""
@@ -324,11 +329,14 @@ class QueueRun(Generic[R]):
             return None
         return self.settings.limit - self.claimed_rows
 
-    def _take(self, rows: Sequence[Claimed], asked: int) -> None:
-        """Claimed rows (for `asked` groups) into the read-ahead (under `_claiming`), once the
-        handler has read what it reads for them."""
+    def _take(self, rows: Sequence[Claimed], asked: int, told: int) -> None:
+        """Claimed rows (for `asked` groups, read after `told` registrations of unleased rows)
+        into the read-ahead (under `_claiming`), once the handler has read what it reads for
+        them."""
         units = _groups(rows)
-        self._claims_dry = len(units) < asked
+        # Dry only if no registration was told since the read began: one told meanwhile may
+        # have committed after the read, and nothing would tell the claims again.
+        self._claims_dry = len(units) < asked and told == self._unleased_told
         if not rows:
             return
         self.claimed_rows += len(rows)
@@ -382,10 +390,12 @@ class QueueRun(Generic[R]):
         topping = self._top_up_wanted() > 0 and self._claiming.acquire(blocking=False)
         claimed: list[Claimed] = []
         asked = [0]
+        told = [self._unleased_told]
 
         def write(conn: Connection, indexes: list[int]) -> None:
             handler.write(conn, [results[n] for n in indexes])
             if topping:
+                told[0] = self._unleased_told
                 wanted = asked[0] = self._top_up_wanted()
                 claimed[:] = (
                     self.queue.claim_on(
@@ -404,7 +414,7 @@ class QueueRun(Generic[R]):
         try:
             kept = self.queue.complete(self.worker if self.leased else None, units, write)
             if topping and asked[0]:
-                self._take(claimed, asked[0])  # committed: leased now
+                self._take(claimed, asked[0], told[0])  # committed: leased now
         finally:
             if topping:
                 self._claiming.release()
