@@ -210,8 +210,9 @@ class SqlQueue(QueueReads):
         self, limit: int, exclude: Collection[str] | None = None, after: str | None = None
     ) -> list[Claimed]:
         """The first `limit` claimable rows in group order, read without a lease (a queue
-        without lease columns: its caller keeps what it holds out with `exclude`); past
-        `after` (the last group its caller read), from the start when none is found there.
+        without lease columns: its caller keeps what it holds out with `exclude`); from
+        `after` (the last group its caller read: held or done, so not read again) on, from
+        the start when none is found there (`_read_arms`, as a claim reads).
 
         The cursor is why a long run's reads cost the same at its end as at its start: the
         seed table has no index on its state, and names are seeded in name order, so a read
@@ -220,18 +221,12 @@ class SqlQueue(QueueReads):
         group = self._c(self.spec.group)
         claimable = self._claimable(utcnow(), snapshot(exclude))
 
-        def read(conn: Connection) -> Sequence[Any]:
-            rows: Sequence[Any] = []
-            for start in [after, None] if after else [None]:
-                where = claimable if start is None else and_(claimable, group > literal(start))
-                query = select(*self._columns()).where(where).order_by(group).limit(limit)
-                rows = conn.execute(query).all()
-                if rows:
-                    break
-            return rows
+        def window(condition: ColumnElement[bool]) -> Select[Any]:
+            return select(*self._columns()).where(condition).order_by(group).limit(limit)
 
         # db.read: redone whole after a lost connection, within the outage bound
-        return self._claimed(self.db.read(read))
+        rows = self.db.read(lambda conn: self._read_arms(conn, window, [claimable], after)[0])
+        return self._claimed(rows)
 
     def _arm_conditions(
         self, now: datetime, excluded: Collection[str]

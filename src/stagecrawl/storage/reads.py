@@ -193,16 +193,17 @@ class SqliteFile:
     def __init__(self, url: str, path: str) -> None:
         self.safe_url = mask_url(url)
         self.path = existing_database(path)
+        # decided once: `status` opens several snapshots, and on a read-only mount the
+        # decision probes the file
+        mode = "mode=ro&immutable=1" if immutable(self.path) else "mode=ro"
+        self.uri = f"{file_uri(self.path)}?{mode}"
 
     @contextlib.contextmanager
     def reads(self) -> Iterator[Reads]:
         """One snapshot (a deferred transaction: in WAL mode it never waits for a writer,
         nor makes one wait), as `Database.reading` gives on SQLite."""
         # timeout: as the SQLAlchemy path's, for a database locked in another journal mode
-        mode = "mode=ro&immutable=1" if immutable(self.path) else "mode=ro"
-        conn = sqlite3.connect(
-            f"{file_uri(self.path)}?{mode}", uri=True, timeout=30, isolation_level=None
-        )
+        conn = sqlite3.connect(self.uri, uri=True, timeout=30, isolation_level=None)
         try:
             conn.execute("BEGIN")
             yield SqliteReads(conn)
