@@ -7,6 +7,7 @@ import email.utils
 import gzip
 import random
 import time
+from pathlib import Path
 
 import pytest
 from aiohttp import web
@@ -179,6 +180,21 @@ async def test_a_trickling_body_is_cut_at_the_deadline(origin: TestOrigin) -> No
     # cut at the deadline, not after the whole body (200 s at a byte per 0.2 s)
     assert time.monotonic() - started < 60
     assert "deadline of 1s passed" in caught.value.reason
+
+
+async def test_a_download_is_bounded_by_its_own_deadline_not_the_exchange_deadline(
+    origin: TestOrigin, tmp_path: Path
+) -> None:
+    """The exchange deadline is the session's: a dump that streams for longer than it (but
+    within the download deadline) is downloaded whole, not cut like a trickling page."""
+    origin.rule("/dump", trickle=0.1, body=b"x" * 12)  # ~1.2 s, past a 0.5 s deadline
+    settings = FetchSettings(timeout=5.0, deadline=0.5, download_deadline=30.0, retries=0)
+    async with Fetcher(settings) as fetcher:
+        size = await fetcher.download(origin.url + "/dump", tmp_path / "dump", 1000)
+        with pytest.raises(TransientError) as caught:
+            await fetcher.get(origin.url + "/dump")
+    assert size == 12 and (tmp_path / "dump").read_bytes() == b"x" * 12
+    assert "deadline of 0.5s passed" in caught.value.reason
 
 
 async def test_5xx_is_retried_then_succeeds(origin: TestOrigin) -> None:

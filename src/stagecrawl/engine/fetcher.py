@@ -203,14 +203,30 @@ class Fetcher:
         self._session: aiohttp.ClientSession | None = None
 
     @property
+    def _streaming(self) -> aiohttp.ClientTimeout:
+        """A download's timeouts: connect and per-read as every request's, and no total (its
+        own deadline is longer than an exchange's)."""
+        s = self.settings
+        return aiohttp.ClientTimeout(
+            total=None, connect=s.timeout, sock_connect=s.timeout, sock_read=s.timeout
+        )
+
+    @property
     def session(self) -> aiohttp.ClientSession:
         """Created on first use, inside the running event loop, as aiohttp requires."""
         if self._session is None:
             s = self.settings
+            # The exchange deadline is aiohttp's own `total`: it runs from the request's start
+            # to the connection's release, so it bounds connect, headers and a trickling body
+            # alike, and it is the one timer a bare aiohttp request pays anyway (an
+            # `asyncio.timeout` around the exchange was a second one on every request).
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=s.max_connections),
                 timeout=aiohttp.ClientTimeout(
-                    total=None, connect=s.timeout, sock_connect=s.timeout, sock_read=s.timeout
+                    total=s.deadline,
+                    connect=s.timeout,
+                    sock_connect=s.timeout,
+                    sock_read=s.timeout,
                 ),
                 headers={"User-Agent": s.user_agent(), "Accept-Encoding": "gzip, deflate"},
                 auto_decompress=True,
@@ -362,7 +378,10 @@ class Fetcher:
         headers = self._auth(chosen, url)
         try:
             async with asyncio.timeout(self.settings.download_deadline):
-                async with self.session.get(url, headers=headers) as response:
+                # not the exchange deadline (a dump takes longer): the download's own, above
+                async with self.session.get(
+                    url, headers=headers, timeout=self._streaming
+                ) as response:
                     if response.status in NOT_FOUND_STATUSES:
                         raise NotFound(url=url, status=response.status)
                     if response.status >= 400:
@@ -442,18 +461,14 @@ class Fetcher:
                     headers["If-Modified-Since"] = validators.last_modified
         self.stats.requests[lane.name] += 1
         limit = self.settings.max_body_bytes
-        deadline = asyncio.timeout(self.settings.deadline)
         try:
-            async with (
-                deadline,
-                self.session.request(
-                    request.method,
-                    url,
-                    headers=headers,
-                    json=request.json_body,
-                    allow_redirects=False,
-                ) as response,
-            ):
+            async with self.session.request(
+                request.method,
+                url,
+                headers=headers,
+                json=request.json_body,
+                allow_redirects=False,
+            ) as response:
                 self.stats.statuses[host][response.status] += 1
                 declared = response.headers.get("content-length")
                 if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -475,7 +490,9 @@ class Fetcher:
                     chunks.append(chunk)
                 self.stats.bytes[lane.name] += size
                 return response.status, response.headers, b"".join(chunks)
-        except TimeoutError:
-            if deadline.expired():
-                raise TimeoutError(f"deadline of {self.settings.deadline:g}s passed") from None
-            raise
+        except TimeoutError as exc:
+            # aiohttp's connect and per-read timeouts are ServerTimeoutErrors and say which;
+            # its `total` (our deadline) is a plain TimeoutError that says nothing
+            if isinstance(exc, aiohttp.ServerTimeoutError):
+                raise
+            raise TimeoutError(f"deadline of {self.settings.deadline:g}s passed") from None
