@@ -9,12 +9,15 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import pytest
+
+from stagecrawl.engine import crawler as crawler_module
 from stagecrawl.engine.crawler import Crawler, JsonStoreSink
 from stagecrawl.engine.fetcher import Fetcher, FetchSettings
-from stagecrawl.engine.frontier import Frontier
+from stagecrawl.engine.frontier import DONE, PENDING, Frontier
 from stagecrawl.engine.jsonstore import JsonStore
 from stagecrawl.engine.request import Item, Request, canonical_url
 from stagecrawl.engine.work import LoopSettings
@@ -83,6 +86,84 @@ async def test_failures_are_counted_and_the_rest_goes_on(
     assert len(store) == 28
     assert summary.errors == {"not_found": 1, "parse": 1}  # type: ignore[attr-defined]
     assert stage.failures == [f"{origin.url}/pages/7.json not_found"]
+
+
+class NullSink:
+    def write(self, items: Sequence[Item]) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class WaitingStartStage(FlatStage):
+    """Yields its first requests, then waits (10 s at most) for the origin to have been asked
+    for one before it yields the rest, and says whether it was."""
+
+    def __init__(self, origin: TestOrigin, urls: list[str], first: int) -> None:
+        super().__init__(urls)
+        self.origin = origin
+        self.first = first
+        self.fetched_while_adding: bool | None = None
+
+    def start_requests(self) -> Iterator[Request]:
+        for n, url in enumerate(self.urls):
+            if n == self.first:
+                waited_until = time.monotonic() + 10
+                while not self.origin.log and time.monotonic() < waited_until:
+                    time.sleep(0.01)
+                self.fetched_while_adding = bool(self.origin.log)
+            yield Request(url)
+
+
+async def test_the_crawl_starts_before_every_start_request_is_recorded(
+    origin: TestOrigin, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A million start requests took seconds to record before the first went out; the first
+    chunk now starts the crawl and the rest are added beside it, every one fetched once."""
+    monkeypatch.setattr(crawler_module, "FIRST_START_CHUNK", 10)
+    monkeypatch.setattr(crawler_module, "START_CHUNK", 25)
+    origin.add("p", "payload")
+    urls = [f"{origin.url}/p?n={n}" for n in range(120)]
+    urls += urls[:7]  # offered twice: added once
+    stage = WaitingStartStage(origin, urls, first=60)
+    frontier = Frontier(tmp_path / "frontier.sqlite")
+    async with Fetcher(FetchSettings()) as fetcher:
+        crawler = Crawler(stage, fetcher, NullSink(), frontier, LoopSettings(concurrency=4))
+        summary = await crawler.run()
+    frontier.close()
+    assert stage.fetched_while_adding is True
+    assert sorted(r.query for r in origin.log) == sorted(f"n={n}" for n in range(120))
+    assert summary.requests_done == 120 and summary.duplicates == 7
+
+
+class FailingStartStage(FlatStage):
+    def start_requests(self) -> Iterator[Request]:
+        yield from (Request(url) for url in self.urls)
+        raise ValueError("seed file: line 41 is not a URL")
+
+
+async def test_a_start_request_that_cannot_be_made_ends_the_run_with_its_error(
+    origin: TestOrigin, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(crawler_module, "FIRST_START_CHUNK", 10)
+    monkeypatch.setattr(crawler_module, "START_CHUNK", 25)
+    origin.add("p", "payload")
+    origin.rule("/p", stall=0.05)  # the crawl is under way when the seeds fail
+    stage = FailingStartStage([f"{origin.url}/p?n={n}" for n in range(40)])
+    frontier = Frontier(tmp_path / "frontier.sqlite")
+    async with Fetcher(FetchSettings()) as fetcher:
+        crawler = Crawler(stage, fetcher, NullSink(), frontier, LoopSettings(concurrency=4))
+        with pytest.raises(ValueError, match="line 41"):
+            await crawler.run()
+    counts = frontier.counts()
+    frontier.close()
+    # nothing is left in flight: what was claimed was finished or given back
+    # (the chunk that failed is not recorded: the next run offers it again)
+    assert set(counts) <= {PENDING, DONE} and sum(counts.values()) == 10 + 25
 
 
 class SlowSink:

@@ -12,10 +12,10 @@ frontier's retry ladder instead of being lost or marked done.
 
 from __future__ import annotations
 
-import itertools
+import asyncio
 import logging
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
@@ -44,6 +44,8 @@ log = logging.getLogger("stagecrawl.crawler")
 
 Output = Request | Item
 START_CHUNK = 10_000  # start requests added to the frontier per transaction
+# The crawl starts once this many start requests are recorded; the rest are added beside it.
+FIRST_START_CHUNK = 500
 
 
 class Stage(Protocol):
@@ -52,7 +54,10 @@ class Stage(Protocol):
 
     name: str  # an optional `lane` attribute names the lane its requests go on
 
-    def start_requests(self) -> Iterable[Request]: ...
+    def start_requests(self) -> Iterable[Request]:
+        """Iterated on the frontier's thread, beside the running crawl: plain code that
+        does not touch the event loop."""
+        ...
 
     def failed(self, request: Request, error: FetchError) -> Iterable[Output]:
         """Called when fetching gave up; may yield items that record the failure."""
@@ -153,11 +158,21 @@ class Crawler:
 
     async def run(self) -> CrawlSummary:
         try:
-            await self._add_start_requests()
+            requests = iter(self.stage.start_requests())
+            taken = 0
+            if not self.stop.requested:
+                taken, _added = await self.queue.add_from(requests, FIRST_START_CHUNK)
             self._to_do = await self.queue.pending()
+            adding: asyncio.Task[None] | None = None
+            if taken == FIRST_START_CHUNK and not self.stop.requested:
+                self.queue.adding = True
+                adding = asyncio.create_task(self._add_start_requests(requests))
             try:
                 stats = await self.loop.run()
             finally:
+                if adding is not None:  # still going only when the run stopped or failed
+                    adding.cancel()
+                    await asyncio.gather(adding, return_exceptions=True)
                 await self.queue.give_back_read_ahead()
             counts = await self.queue.counts()
             ladder = await self.queue.ladder(20)
@@ -180,16 +195,25 @@ class Crawler:
             summary.waiting = Waiting(counts.get(PENDING, 0), held.until, held.reason)
         return summary
 
-    async def _add_start_requests(self) -> None:
-        """Stream the stage's start requests into the frontier START_CHUNK at a time: memory
-        holds one chunk, not a million requests. A stop ends the streaming; the frontier
-        ignores keys it knows, so the next run offers them all again and adds the rest."""
-        requests = iter(self.stage.start_requests())
-        while not self.stop.requested:
-            chunk = list(itertools.islice(requests, START_CHUNK))
-            if not chunk:
-                return
-            await self.queue.add(chunk)
+    async def _add_start_requests(self, requests: Iterator[Request]) -> None:
+        """Stream the rest of the stage's start requests into the frontier START_CHUNK at a
+        time, beside the work loop: the first requests go out at once, not after a million
+        were recorded, and memory holds one chunk. Each chunk wakes the loop (its claims may
+        have run dry); a stop ends the streaming, and the frontier ignores keys it knows, so
+        the next run offers them all again and adds the rest. A start request that cannot be
+        made (the stage raised) ends the run with that error."""
+        try:
+            while not self.stop.requested:
+                taken, added = await self.queue.add_from(requests, START_CHUNK)
+                self._to_do += added
+                self.loop.wake()
+                if taken < START_CHUNK:
+                    return
+        except Exception as exc:
+            self.loop.fail(exc)
+        finally:
+            self.queue.adding = False
+            self.loop.wake()  # the loop may now be finished
 
     async def _process(self, request: Request) -> CrawlResult:
         try:

@@ -22,11 +22,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import itertools
 import json
 import queue
 import sqlite3
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -303,6 +304,9 @@ class FrontierQueue:
         self.read_ahead = read_ahead
         self._ready: collections.deque[Request] = collections.deque()
         self._thread = OneThread("frontier")
+        # Start requests are still being added (beside the work loop): the crawl is not
+        # finished when the frontier runs dry meanwhile.
+        self.adding = False
         # A host's pause that outlasts the run: nothing more is claimed, the rest waits for
         # the next run (the pending requests, and what comes back marked `waits`).
         self.held = NotAsked()
@@ -314,10 +318,18 @@ class FrontierQueue:
     async def _call(self, function: Any, *args: Any) -> Any:
         return await self._thread.call(function, *args)
 
-    async def add(self, requests: Sequence[Request]) -> int:
-        added: int = await self._call(self.frontier.add, requests)
-        self.duplicates += len(requests) - added
-        return added
+    async def add_from(self, requests: Iterator[Request], most: int) -> tuple[int, int]:
+        """Take up to `most` requests from `requests` and add them: (taken, new). The
+        iterator is advanced on the frontier's thread, off the event loop: building a
+        million start requests (their canonical keys) is work the fetching need not wait
+        behind."""
+        taken, added = await self._call(self._add_from, requests, most)
+        self.duplicates += taken - added
+        return taken, added
+
+    def _add_from(self, requests: Iterator[Request], most: int) -> tuple[int, int]:
+        chunk = list(itertools.islice(requests, most))
+        return len(chunk), self.frontier.add(chunk) if chunk else 0
 
     async def claim(self, limit: int) -> list[Request]:
         if self.held.until is not None:
@@ -360,6 +372,8 @@ class FrontierQueue:
     async def is_finished(self) -> bool:
         if self.held.until is not None:
             return True  # nothing can be sent before then: the rest waits for the next run
+        if self.adding:
+            return False  # start requests are still being added beside the loop
         # One process per frontier (the lock file): what is not pending is done, on the
         # ladder for the next run, or ours in flight, which the loop accounts for.
         return await self.is_empty()

@@ -189,6 +189,13 @@ class WorkLoop(Generic[U, R]):
         self._drained = False
         self._room.set()
 
+    def fail(self, error: BaseException) -> None:
+        """Something the run depends on failed beside the loop (a producer of its work):
+        end the run as a unit whose processing raised does. `run` raises the first error."""
+        if self._failure is None:
+            self._failure = error
+        self._room.set()
+
     async def run(self) -> LoopStats:
         started = time.monotonic()
         settings = self.settings
