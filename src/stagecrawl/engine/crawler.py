@@ -43,7 +43,9 @@ from stagecrawl.secrets import redact
 log = logging.getLogger("stagecrawl.crawler")
 
 Output = Request | Item
-START_CHUNK = 10_000  # start requests added to the frontier per transaction
+# Start requests added to the frontier per transaction, once the crawl has started: made on
+# the event loop's thread between fetches, a chunk holds the loop for a few milliseconds.
+START_CHUNK = 2_000
 # The crawl starts once this many start requests are recorded; the rest are added beside it.
 FIRST_START_CHUNK = 500
 
@@ -54,10 +56,7 @@ class Stage(Protocol):
 
     name: str  # an optional `lane` attribute names the lane its requests go on
 
-    def start_requests(self) -> Iterable[Request]:
-        """Iterated on the frontier's thread, beside the running crawl: plain code that
-        does not touch the event loop."""
-        ...
+    def start_requests(self) -> Iterable[Request]: ...
 
     def failed(self, request: Request, error: FetchError) -> Iterable[Output]:
         """Called when fetching gave up; may yield items that record the failure."""

@@ -320,16 +320,15 @@ class FrontierQueue:
 
     async def add_from(self, requests: Iterator[Request], most: int) -> tuple[int, int]:
         """Take up to `most` requests from `requests` and add them: (taken, new). The
-        iterator is advanced on the frontier's thread, off the event loop: building a
-        million start requests (their canonical keys) is work the fetching need not wait
-        behind."""
-        taken, added = await self._call(self._add_from, requests, most)
-        self.duplicates += taken - added
-        return taken, added
-
-    def _add_from(self, requests: Iterator[Request], most: int) -> tuple[int, int]:
+        requests are made here, on the event loop's thread, and written on the frontier's:
+        made there, beside a busy loop, their Python work contended for the GIL (bench:
+        10-25 % more CPU a request)."""
         chunk = list(itertools.islice(requests, most))
-        return len(chunk), self.frontier.add(chunk) if chunk else 0
+        if not chunk:
+            return 0, 0
+        added: int = await self._call(self.frontier.add, chunk)
+        self.duplicates += len(chunk) - added
+        return len(chunk), added
 
     async def claim(self, limit: int) -> list[Request]:
         if self.held.until is not None:
