@@ -321,8 +321,8 @@ class FrontierQueue:
     async def add_from(self, requests: Iterator[Request], most: int) -> tuple[int, int]:
         """Take up to `most` requests from `requests` and add them: (taken, new). The
         requests are made here, on the event loop's thread, and written on the frontier's:
-        made there, beside a busy loop, their Python work contended for the GIL (bench:
-        10-25 % more CPU a request)."""
+        made there, beside a busy loop, their Python work contended with it for the GIL
+        (in one of two bench runs, 10-25 % more CPU a request)."""
         chunk = list(itertools.islice(requests, most))
         if not chunk:
             return 0, 0
