@@ -303,11 +303,19 @@ def frontier_child(count: int, base: str, out: str) -> None:
 
 def frontier_bench(count: int, crawl_seconds: float) -> Table:
     table = Table(title=f"frontier crawl over {count:,} start URLs, stopped after the start")
-    for column in ("start URLs", "crawled", "peak RSS MB", "s from SIGINT to exit"):
+    columns = (
+        "start URLs",
+        "s to the first request",
+        "crawled",
+        "peak RSS MB",
+        "s from SIGINT to exit",
+    )
+    for column in columns:
         table.add_column(column, justify="right")
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "p.json").write_bytes(b'{"ok": true}')
         with TestOrigin(Path(tmp)) as origin:
+            started = time.monotonic()
             process = subprocess.Popen(
                 [sys.executable, __file__, "--frontier-child", str(count), origin.url, tmp],
                 stdout=subprocess.PIPE,
@@ -337,7 +345,8 @@ def frontier_bench(count: int, crawl_seconds: float) -> Table:
                 time.sleep(0.05)
             took = time.monotonic() - sent if sent else float("nan")
             out = process.stdout.read().decode().strip() if process.stdout else ""
-            table.add_row(f"{count:,}", out or "?", f"{peak_kb / 1024:.0f}", f"{took:.2f}")
+            first = f"{crawling_since - started:.2f}" if crawling_since is not None else "?"
+            table.add_row(f"{count:,}", first, out or "?", f"{peak_kb / 1024:.0f}", f"{took:.2f}")
     return table
 
 
