@@ -162,13 +162,14 @@ class Frontier:
     def claim(self, limit: int) -> list[Request]:
         if limit <= 0:
             return []
-        with self._transaction():
-            rows = self.db.execute(
-                "UPDATE requests SET state = ? WHERE seq IN (SELECT seq FROM requests"
-                " WHERE state = ? ORDER BY seq LIMIT ?)"
-                " RETURNING seq, key, url, callback, meta, etag, last_modified",
-                (INFLIGHT, PENDING, limit),
-            ).fetchall()
+        # One statement, so no BEGIN/COMMIT around it: a single statement is its own
+        # transaction (see `complete` for why every call counts).
+        rows = self.db.execute(
+            "UPDATE requests SET state = ? WHERE seq IN (SELECT seq FROM requests"
+            " WHERE state = ? ORDER BY seq LIMIT ?)"
+            " RETURNING seq, key, url, callback, meta, etag, last_modified",
+            (INFLIGHT, PENDING, limit),
+        ).fetchall()
         rows.sort()
         return [
             Request(
@@ -184,38 +185,57 @@ class Frontier:
 
     def complete(self, completions: Sequence[Outcome]) -> int:
         """Record outcomes and their child requests atomically; returns new children added.
-        A failure climbs the ladder: `failed`, until the ladder gives it up: `gave_up`."""
+        A failure climbs the ladder: `failed`, until the ladder gives it up: `gave_up`.
+
+        Every SQLite call lets go of the GIL and must win it back from the event loop, which
+        is busy while batches complete: each such hand-back waited up to the interpreter's
+        switch interval (5 ms), and a batch of 256 took 15-60 ms instead of about one
+        (bench/engine.py, c=64). So a statement with nothing to do is not run, and a batch of
+        successes alone, one statement, runs without BEGIN/COMMIT around it."""
+        children = [self._row(c) for done in completions for c in done.children]
+        done = [c.request.key for c in completions if c.error is None]
+        failed = [
+            (c.error, c.request.key) for c in completions if c.error is not None and not c.waits
+        ]
+        waiting = [(c.error, c.request.key) for c in completions if c.waits]
+        # One statement per chunk, not one per request: the batch is mostly successes.
+        updates = [
+            (
+                f"UPDATE requests SET state = {DONE}, error = NULL"
+                f" WHERE key IN ({','.join('?' * len(keys))})",
+                keys,
+            )
+            for keys in (
+                done[start : start + KEYS_PER_UPDATE]
+                for start in range(0, len(done), KEYS_PER_UPDATE)
+            )
+        ]
+        if len(updates) == 1 and not children and not failed and not waiting:
+            self.db.execute(*updates[0])
+            return 0
         with self._transaction():
-            before = self.db.total_changes
-            children = [self._row(c) for done in completions for c in done.children]
-            self.db.executemany(
-                "INSERT OR IGNORE INTO requests (key, url, callback, meta, etag, last_modified)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                children,
-            )
-            added = self.db.total_changes - before
-            done = [c.request.key for c in completions if c.error is None]
-            failed = [
-                (c.error, c.request.key) for c in completions if c.error is not None and not c.waits
-            ]
-            waiting = [(c.error, c.request.key) for c in completions if c.waits]
-            # One statement per chunk, not one per request: the batch is mostly successes.
-            for start in range(0, len(done), KEYS_PER_UPDATE):
-                keys = done[start : start + KEYS_PER_UPDATE]
-                self.db.execute(
-                    f"UPDATE requests SET state = {DONE}, error = NULL"
-                    f" WHERE key IN ({','.join('?' * len(keys))})",
-                    keys,
+            added = 0
+            if children:
+                before = self.db.total_changes
+                self.db.executemany(
+                    "INSERT OR IGNORE INTO requests (key, url, callback, meta, etag, last_modified)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    children,
                 )
-            self.db.executemany(
-                "UPDATE requests SET attempts = attempts + 1, error = ?,"
-                f" state = CASE WHEN attempts + 1 >= {self.max_attempts} THEN {GAVE_UP}"
-                f" ELSE {FAILED} END WHERE key = ?",
-                failed,
-            )
-            self.db.executemany(
-                f"UPDATE requests SET state = {PENDING}, error = ? WHERE key = ?", waiting
-            )
+                added = self.db.total_changes - before
+            for update in updates:
+                self.db.execute(*update)
+            if failed:
+                self.db.executemany(
+                    "UPDATE requests SET attempts = attempts + 1, error = ?,"
+                    f" state = CASE WHEN attempts + 1 >= {self.max_attempts} THEN {GAVE_UP}"
+                    f" ELSE {FAILED} END WHERE key = ?",
+                    failed,
+                )
+            if waiting:
+                self.db.executemany(
+                    f"UPDATE requests SET state = {PENDING}, error = ? WHERE key = ?", waiting
+                )
         return added
 
     def release(self, keys: Iterable[str]) -> None:
