@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from sqlalchemy import (
     Table,
     Text,
     select,
+    update,
 )
 
 from stagecrawl.engine.frontier import Completion, Frontier
@@ -38,6 +40,7 @@ from stagecrawl.queue import (
     SqlQueue,
     utcnow,
 )
+from stagecrawl.queue.workers import Workers
 from stagecrawl.storage.db import Database
 from tests.services import MARIADB_URL, POSTGRES_URL
 
@@ -203,6 +206,48 @@ def test_a_run_does_not_retry_what_failed_in_it_and_gives_every_lease_back(
     asyncio.run(main())
     assert tries == ["a", "b", "c", "b"]
     assert states(queue)["b-0"][0] == 31
+
+
+def test_rows_a_heartbeat_took_back_after_the_last_claim_are_not_taken_for_the_end(
+    queue: SqlQueue,
+) -> None:
+    """A worker whose claims found every row leased by another, then whose heartbeat took
+    them back from that worker when it died, ended its run with them undone: nobody held
+    them any more, so the run looked finished (a crates collect beside a killed one exited
+    0 with 12 rows left). The rows freed after the last claim began are claimed instead."""
+    Result = tuple[list[Claimed], int]
+
+    class Jobs(Handler[Result]):
+        def outcomes(self, result: Result) -> Sequence[Outcome]:
+            return [Outcome(row, 1) for row in result[0]]
+
+    workers = Workers(queue.db)
+
+    async def main() -> list[str]:
+        run: QueueRun[Result] = QueueRun(queue, Jobs(), "w", RunSettings(lease_seconds=600))
+        await run.open()
+        try:
+            workers.register("other", False, 60)
+            assert queue.claim("other", 10, 600)  # every group, while "other" is alive
+            assert await run.claim(10) == []
+            # "other" dies (silent for an hour); this run's next heartbeat takes its rows back
+            with queue.db.engine.begin() as conn:
+                conn.execute(
+                    update(queue.db.worker)
+                    .where(queue.db.worker.c.WORKER_ID == "other")
+                    .values(HEARTBEAT=utcnow() - timedelta(hours=1))
+                )
+            await asyncio.to_thread(run._beat)
+            assert not await run.is_finished()
+            units = await run.claim(10)
+            await run.complete([(unit, 1) for unit in units])
+            assert await run.is_finished()
+            return sorted(unit[0].group for unit in units)
+        finally:
+            await run.close()
+
+    assert asyncio.run(main()) == ["a", "b", "c"]
+    assert {v[0] for v in states(queue).values()} == {1}
 
 
 def test_a_stopped_run_gives_back_what_its_commits_claimed_ahead_and_the_next_run_ends_it(

@@ -124,6 +124,11 @@ class QueueRun(Generic[R]):
         # Registrations of unleased rows told by `adopt` (its thread, not the claim's): a
         # short claim that read before the latest of them does not make the claims dry.
         self._unleased_told = 0
+        # Take-backs of a dead worker's leases by this worker's heartbeat (its own thread),
+        # and how many there had been when the latest claim began to read: rows freed after
+        # that read are claimable though no claim has looked for them yet.
+        self._taken_back = 0
+        self._taken_back_at_claim = 0
 
     def hold(self, until: datetime, reason: str) -> None:
         """Claim nothing more in this run: nothing can be sent before `until`. What is
@@ -183,6 +188,8 @@ class QueueRun(Generic[R]):
                     f"{heartbeat:%H:%M:%S}",
                 )
             freed += rows
+        if freed:
+            self._taken_back += 1
         return freed
 
     async def close(self) -> None:
@@ -313,6 +320,7 @@ class QueueRun(Generic[R]):
             if max_rows is not None and max_rows <= 0:
                 return
             told = self._unleased_told  # before the read: what it may not have seen comes after
+            self._taken_back_at_claim = self._taken_back
             rows = self.queue.claim(
                 self.worker,
                 groups,
@@ -448,7 +456,10 @@ class QueueRun(Generic[R]):
         # as soon as its heartbeat says it is dead (not when its lease runs out).
         holders = await asyncio.to_thread(self._holders, self.this_run.snapshot())
         if not holders:
-            return True
+            # Finished, unless this worker's heartbeat took a dead worker's rows back after
+            # the last claim began to read (they were leased then, and nobody holds them now):
+            # the next claim takes them.
+            return self._taken_back_at_claim == self._taken_back
         now = utcnow()
         dead = [h for h in holders if h.worker != self.worker and h.dead(now)]
         if dead:
