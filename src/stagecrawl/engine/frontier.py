@@ -50,6 +50,7 @@ STATE_NAMES = {
 MAX_ATTEMPTS = LADDER.max_failures
 # Keys per `UPDATE … WHERE key IN (…)`: well within SQLite's bound on parameters (32766).
 KEYS_PER_UPDATE = 500
+ROWS_PER_INSERT = 500  # new requests to an INSERT statement, parameters allowing
 NO_META = "{}"  # the stored meta of most requests: neither encoded nor decoded
 
 SCHEMA = """
@@ -125,6 +126,9 @@ class Frontier:
         except sqlite3.Error as exc:
             self._lock.close()
             raise StorageError(f"cannot open frontier {self.path}: {exc}") from exc
+        # Rows to an INSERT: as many as its parameters allow (999 in SQLite before 3.32)
+        variables = self.db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+        self._rows_per_insert = max(1, min(ROWS_PER_INSERT, variables // 6))
         self.resumed = self.db.execute(
             "UPDATE requests SET state = ? WHERE state = ?", (PENDING, INFLIGHT)
         ).rowcount
@@ -151,13 +155,21 @@ class Frontier:
         """Insert new requests; ones whose key is already known (in any state) are ignored."""
         rows = [self._row(r) for r in requests]
         with self._transaction():
-            before = self.db.total_changes
-            self.db.executemany(
+            return self._insert(rows)
+
+    def _insert(self, rows: Sequence[tuple[str | None, ...]]) -> int:
+        """INSERT OR IGNORE `rows`, ROWS_PER_INSERT to a statement; returns how many were new.
+        Not `executemany`: it gives up the GIL once a row, and a thread that must win it back
+        from a busy event loop that often crawls (see `complete`)."""
+        before = self.db.total_changes
+        for start in range(0, len(rows), self._rows_per_insert):
+            chunk = rows[start : start + self._rows_per_insert]
+            self.db.execute(
                 "INSERT OR IGNORE INTO requests (key, url, callback, meta, etag, last_modified)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                rows,
+                f" VALUES {','.join(['(?, ?, ?, ?, ?, ?)'] * len(chunk))}",
+                [value for row in chunk for value in row],
             )
-            return self.db.total_changes - before
+        return self.db.total_changes - before
 
     def claim(self, limit: int) -> list[Request]:
         if limit <= 0:
@@ -216,13 +228,7 @@ class Frontier:
         with self._transaction():
             added = 0
             if children:
-                before = self.db.total_changes
-                self.db.executemany(
-                    "INSERT OR IGNORE INTO requests (key, url, callback, meta, etag, last_modified)"
-                    " VALUES (?, ?, ?, ?, ?, ?)",
-                    children,
-                )
-                added = self.db.total_changes - before
+                added = self._insert(children)
             for update in updates:
                 self.db.execute(*update)
             if failed:
