@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -38,22 +38,10 @@ from rich.table import Table
 from stagecrawl.engine.crawler import Crawler
 from stagecrawl.engine.fetcher import Fetcher, FetchSettings
 from stagecrawl.engine.frontier import Frontier
-from stagecrawl.engine.request import Item
 from stagecrawl.engine.work import LoopSettings
-from stagecrawl.testing.stages import FlatStage
+from stagecrawl.testing.stages import FlatStage, NullSink
 
 BODY = b'{"name": "bench", "values": [' + b"1, " * 200 + b"1]}"
-
-
-class NullSink:
-    def write(self, items: Sequence[Item]) -> None:
-        pass
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 class Sample:

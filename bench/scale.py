@@ -272,17 +272,7 @@ def frontier_child(count: int, base: str, out: str) -> None:
     from stagecrawl.engine.frontier import Frontier
     from stagecrawl.engine.shutdown import GracefulStop
     from stagecrawl.engine.work import LoopSettings
-    from stagecrawl.testing.stages import FlatStage
-
-    class NullSink:
-        def write(self, items: object) -> None:
-            pass
-
-        def flush(self) -> None:
-            pass
-
-        def close(self) -> None:
-            pass
+    from stagecrawl.testing.stages import FlatStage, NullSink
 
     async def crawl() -> None:
         urls = (f"{base}/p.json?n={i}" for i in range(count))

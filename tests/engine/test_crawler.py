@@ -22,7 +22,7 @@ from stagecrawl.engine.jsonstore import JsonStore
 from stagecrawl.engine.request import Item, Request, canonical_url
 from stagecrawl.engine.work import LoopSettings
 from stagecrawl.testing.origin import TestOrigin
-from stagecrawl.testing.stages import FlatStage, LinkStage, write_link_pages
+from stagecrawl.testing.stages import FlatStage, LinkStage, NullSink, write_link_pages
 from tests.kills import kill_when, sqlite_count
 
 
@@ -86,17 +86,6 @@ async def test_failures_are_counted_and_the_rest_goes_on(
     assert len(store) == 28
     assert summary.errors == {"not_found": 1, "parse": 1}  # type: ignore[attr-defined]
     assert stage.failures == [f"{origin.url}/pages/7.json not_found"]
-
-
-class NullSink:
-    def write(self, items: Sequence[Item]) -> None:
-        pass
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 class TimedStartStage(FlatStage):

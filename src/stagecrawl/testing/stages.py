@@ -1,9 +1,10 @@
-"""A small generic stage over a tree of linked JSON pages, for engine tests, bench and demo."""
+"""A small generic stage over a tree of linked JSON pages, for engine tests, bench and demo;
+and a sink that keeps nothing."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from stagecrawl.engine.crawler import Output
@@ -107,6 +108,19 @@ def run_link_crawl(
         return 130 if summary.interrupted else 0
 
     return asyncio.run(crawl())
+
+
+class NullSink:
+    """Keeps nothing: the engine measured, or tested, without an output's cost."""
+
+    def write(self, items: Sequence[Item]) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 if __name__ == "__main__":
