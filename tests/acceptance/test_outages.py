@@ -65,6 +65,23 @@ def wait_for(condition: object, what: str, timeout: float = 90.0) -> None:
         time.sleep(0.2)
 
 
+def wait_for_crew(condition: object, who: str, crew: list[subprocess.Popen[str]]) -> None:
+    """`wait_for` the crew to be running; if it never is, stop it and fail with what each
+    worker said (a worker that ended early, or never got past its start, says why)."""
+    try:
+        wait_for(condition, f"{who} running")
+    except AssertionError as exc:
+        said = []
+        for worker in crew:
+            ran_on = worker.poll() is None
+            if ran_on:
+                worker.kill()
+            _out, err = worker.communicate()
+            state = "still running" if ran_on else f"exit {worker.returncode}"
+            said.append(f"{state}: " + " | ".join(err.strip().splitlines()[-5:]))
+        raise AssertionError(f"{exc}; the workers: {said}") from None
+
+
 def finish(workers: list[subprocess.Popen[str]], timeout: float) -> list[tuple[int, str]]:
     """Each worker's (exit code, stderr); a worker still running after `timeout` is killed and
     is the failure."""
@@ -123,11 +140,7 @@ def test_database_outages_short_waited_out_long_one_line_then_a_rerun_completes(
               "--concurrency", "2", env={"STAGECRAWL_OUTAGE_SECONDS": "60"})
         for _ in range(3)
     ]  # fmt: skip
-    try:
-        wait_for(lambda: progress(short)[1] >= 3 and running(short, crew), "every worker running")
-    except AssertionError:
-        finish(crew, 1)
-        raise
+    wait_for_crew(lambda: progress(short)[1] >= 3 and running(short, crew), "every worker", crew)
     server.stop()
     time.sleep(10)
     server.start()
@@ -143,11 +156,9 @@ def test_database_outages_short_waited_out_long_one_line_then_a_rerun_completes(
     worker = spawn("crates", "collect", "--db", long, *mirror.urls(), "--api-rate", "1",
                    "--lease-seconds", "10", "--grace-period", "2",
                    env={"STAGECRAWL_OUTAGE_SECONDS": "120"})  # fmt: skip
-    try:
-        wait_for(lambda: progress(long)[1] >= 2 and running(long, [worker]), "the worker running")
-    except AssertionError:
-        finish([worker], 1)
-        raise
+    wait_for_crew(
+        lambda: progress(long)[1] >= 2 and running(long, [worker]), "the worker", [worker]
+    )
     server.stop()
     time.sleep(2)
     worker.send_signal(signal.SIGINT)
@@ -167,11 +178,7 @@ def test_database_outages_short_waited_out_long_one_line_then_a_rerun_completes(
               env={"STAGECRAWL_OUTAGE_SECONDS": str(bound)})
         for _ in range(2)
     ]  # fmt: skip
-    try:
-        wait_for(lambda: progress(long)[1] >= 3 and running(long, crew), "both workers running")
-    except AssertionError:
-        finish(crew, 1)
-        raise
+    wait_for_crew(lambda: progress(long)[1] >= 3 and running(long, crew), "both workers", crew)
     server.stop()
     stopped = time.monotonic()
     results = finish(crew, 60)
