@@ -202,13 +202,12 @@ class Fetcher:
         self.stats = FetchStats()
         self._session: aiohttp.ClientSession | None = None
 
-    @property
-    def _streaming(self) -> aiohttp.ClientTimeout:
-        """A download's timeouts: connect and per-read as every request's, and no total (its
-        own deadline is longer than an exchange's)."""
+    def _timeouts(self, total: float | None) -> aiohttp.ClientTimeout:
+        """Connect and per-read timeouts as the settings say, and `total`: the exchange
+        deadline for every request, none for a download (its own deadline is longer)."""
         s = self.settings
         return aiohttp.ClientTimeout(
-            total=None, connect=s.timeout, sock_connect=s.timeout, sock_read=s.timeout
+            total=total, connect=s.timeout, sock_connect=s.timeout, sock_read=s.timeout
         )
 
     @property
@@ -222,12 +221,7 @@ class Fetcher:
             # `asyncio.timeout` around the exchange was a second one on every request).
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=s.max_connections),
-                timeout=aiohttp.ClientTimeout(
-                    total=s.deadline,
-                    connect=s.timeout,
-                    sock_connect=s.timeout,
-                    sock_read=s.timeout,
-                ),
+                timeout=self._timeouts(total=s.deadline),
                 headers={"User-Agent": s.user_agent(), "Accept-Encoding": "gzip, deflate"},
                 auto_decompress=True,
             )
@@ -380,7 +374,7 @@ class Fetcher:
             async with asyncio.timeout(self.settings.download_deadline):
                 # not the exchange deadline (a dump takes longer): the download's own, above
                 async with self.session.get(
-                    url, headers=headers, timeout=self._streaming
+                    url, headers=headers, timeout=self._timeouts(total=None)
                 ) as response:
                     if response.status in NOT_FOUND_STATUSES:
                         raise NotFound(url=url, status=response.status)

@@ -211,17 +211,13 @@ class Frontier:
         ]
         waiting = [(c.error, c.request.key) for c in completions if c.waits]
         # One statement per chunk, not one per request: the batch is mostly successes.
-        updates = [
-            (
-                f"UPDATE requests SET state = {DONE}, error = NULL"
-                f" WHERE key IN ({','.join('?' * len(keys))})",
-                keys,
+        updates = []
+        for start in range(0, len(done), KEYS_PER_UPDATE):
+            keys = done[start : start + KEYS_PER_UPDATE]
+            marks = ",".join("?" * len(keys))
+            updates.append(
+                (f"UPDATE requests SET state = {DONE}, error = NULL WHERE key IN ({marks})", keys)
             )
-            for keys in (
-                done[start : start + KEYS_PER_UPDATE]
-                for start in range(0, len(done), KEYS_PER_UPDATE)
-            )
-        ]
         if len(updates) == 1 and not children and not failed and not waiting:
             self.db.execute(*updates[0])
             return 0
