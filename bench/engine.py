@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +38,25 @@ from rich.table import Table
 from stagecrawl.engine.crawler import Crawler
 from stagecrawl.engine.fetcher import Fetcher, FetchSettings
 from stagecrawl.engine.frontier import Frontier
+from stagecrawl.engine.request import Item
 from stagecrawl.engine.work import LoopSettings
-from stagecrawl.testing.stages import FlatStage, NullSink
+from stagecrawl.testing.stages import FlatStage
 
 BODY = b'{"name": "bench", "values": [' + b"1, " * 200 + b"1]}"
+
+
+class NullSink:
+    """Here, not imported from stagecrawl.testing: `--baseline-src` runs this file against
+    older trees, which may not have it."""
+
+    def write(self, items: Sequence[Item]) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 class Sample:
