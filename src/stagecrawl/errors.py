@@ -22,6 +22,14 @@ class StorageError(StagecrawlError):
     """The database or an output store cannot be opened or written."""
 
 
+class UnreadableAnswer(ValueError):
+    """An origin's answer that cannot be read as what was asked for (an index file without
+    one readable line, HTML where JSON was asked): a failure of that unit, on its ladder.
+    `prefix` opens the stored reason (a registry says what kind of answer it was)."""
+
+    prefix = ""
+
+
 class DatabaseUnavailable(StagecrawlError):
     """The database stayed unreachable past the outage bound (`outage_seconds`) mid-run: the
     worker stops (exit 1); what it holds is given back, or its leases run out."""

@@ -21,7 +21,7 @@ import re
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, get_type_hints
+from typing import Any, ClassVar, TypeVar, get_type_hints
 
 from stagecrawl import secrets
 from stagecrawl.errors import ConfigError
@@ -89,6 +89,21 @@ def _s(
     return made
 
 
+@dataclass(frozen=True, kw_only=True)
+class Section:
+    """A registry's own settings, declared by the registry (its lanes: where, how fast, with
+    which token), beside the core's: the same table, each field a row (`_s`), named
+    `KEY.field` in the table and in `Settings.get`, with the environment variable
+    `STAGECRAWL_<ENV_PREFIX><FIELD>` and the flag `--field` on the registry's commands."""
+
+    KEY: ClassVar[str] = ""
+    ENV_PREFIX: ClassVar[str] = ""
+
+
+S = TypeVar("S", bound=Section)
+# A row of a registry's section is declared with the same function.
+setting = _s
+
 # Upper bounds: what one process can hold and a registry can take. Above them a value is a
 # typo (`--concurrency 10000000` used to allocate 3.3 GB and make no progress).
 MAX_RATE = 1_000_000.0  # requests per second on one lane (benchmarks lift limits to it)
@@ -109,29 +124,9 @@ class Settings:
     contact: str | None = _s(
         None, "email or URL sent in the User-Agent; required against crates.io and Wikidata"
     )
-    index_url: str = _s(
-        "https://index.crates.io/", "sparse index root (a mirror works)", check="url"
-    )
-    api_url: str = _s("https://crates.io/", "crates.io API root", check="url")
-    index_rate: float = _s(
-        10.0, "index lane: requests per second", minimum=0, above=True, maximum=MAX_RATE
-    )
-    api_rate: float = _s(
-        1.0, "API lane: requests per second", minimum=0, above=True, maximum=MAX_RATE
-    )
-    index_burst: int = _s(1, "index lane: requests allowed back to back", minimum=1, maximum=1000)
-    api_burst: int = _s(1, "API lane: requests allowed back to back", minimum=1, maximum=1000)
-    index_budget: str = _s(
-        "none", "index lane: windows such as 5000/1h (comma-separated), or none", check="budgets"
-    )
-    api_budget: str = _s(
-        "600/600s",
-        "API lane: windows (crates.io: about 600 per 10 minutes), or none",
-        check="budgets",
-    )
     concurrency: int = _s(
         8,
-        "crates: units (crates, requests) processed at once",
+        "units (crates, projects, modules; requests) processed at once",
         minimum=1,
         maximum=MAX_CONCURRENCY,
     )
@@ -255,20 +250,6 @@ class Settings:
         above=True,
         maximum=4096,
     )
-    index_token: str | None = _s(
-        None,
-        "bearer token for a private index (index lane only)",
-        flag=None,
-        secret=True,
-        check="header",
-    )
-    api_token: str | None = _s(
-        None,
-        "bearer token for a private API (API lane only)",
-        flag=None,
-        secret=True,
-        check="header",
-    )
     ai_license_url: str | None = _s(
         None, "optional AI license classifier (POST); off when unset", check="url"
     )
@@ -313,82 +294,102 @@ class Settings:
         above=True,
         maximum=MAX_RATE,
     )
-    # PyPI (docs/pypi.md; the defaults and why: docs/operations.md)
-    pypi_index_url: str = _s(
-        "https://pypi.org/simple/",
-        "PyPI Simple API root (a mirror works)",
-        flag="--index-url",
-        check="url",
-    )
-    pypi_api_url: str = _s("https://pypi.org/", "PyPI JSON API root", flag="--api-url", check="url")
-    pypi_index_rate: float = _s(
-        5.0,
-        "PyPI index lane (Simple API): requests per second",
-        flag="--index-rate",
-        minimum=0,
-        above=True,
-        maximum=MAX_RATE,
-    )
-    pypi_api_rate: float = _s(
-        2.0,
-        "PyPI api lane (JSON API): requests per second",
-        flag="--api-rate",
-        minimum=0,
-        above=True,
-        maximum=MAX_RATE,
-    )
-    pypi_files_rate: float = _s(
-        5.0,
-        "PyPI files lane (core metadata): requests per second",
-        flag="--files-rate",
-        minimum=0,
-        above=True,
-        maximum=MAX_RATE,
-    )
     # Where each value came from: name -> "flag" | "env" | "default" (not a setting).
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+    # Each registry's own section (its lanes' URLs, rates, tokens …), by its key.
+    sections: Mapping[str, Section] = field(default_factory=dict, compare=False, repr=False)
 
     def get(self, name: str) -> Any:
+        """A setting by its name in the table (`concurrency`, `crates.index_url`)."""
         if name not in BY_NAME:
             raise AttributeError(name)
+        key, dot, attribute = name.partition(".")
+        if dot:
+            return getattr(self.sections[key], attribute)
         return getattr(self, name)
+
+    def section(self, kind: type[S]) -> S:
+        """A registry's resolved section (its defaults when it was not resolved here)."""
+        found = self.sections.get(kind.KEY)
+        if found is None:
+            return kind()
+        assert isinstance(found, kind)
+        return found
 
     @classmethod
     def resolve(
         cls, flags: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None
     ) -> Settings:
         """Flags (None = not given), then the environment, then the defaults; every value
-        is checked here, at the boundary, and a bad one is a ConfigError naming its source."""
+        is checked here, at the boundary, and a bad one is a ConfigError naming its source.
+        `flags` are keyed by the table's names (a section's as `crates.index_url`); every
+        registered section is resolved."""
         flags = flags or {}
         unknown = sorted(set(flags) - set(BY_NAME))
         if unknown:
             raise TypeError(f"not settings: {', '.join(unknown)}")  # a bug in a caller
         env = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
         sources: dict[str, str] = {}
-        for setting in SETTINGS:
-            given = flags.get(setting.name)
-            if given is not None:
-                value, source, where = given, setting.flag or setting.name, "flag"
-            elif setting.env and env.get(setting.env, "") != "":
-                source, where = setting.env, "env"
-                if setting.secret:
-                    _register(setting, env[setting.env])  # before parsing quotes it
-                value = _parse(setting, env[setting.env])
-            else:
-                value, source, where = setting.default, setting.name, "default"
-            if value is not None:
-                _register(setting, value)
-                _check(setting, value, source)
-            values[setting.name] = value
-            sources[setting.name] = where
-        return cls(**values, sources=sources)
+        values = _resolve_rows(SETTINGS, flags, env, sources)
+        sections: dict[str, Section] = {}
+        for kind in _SECTIONS.values():
+            rows = _section_rows(kind)
+            resolved = _resolve_rows(rows, flags, env, sources)
+            sections[kind.KEY] = kind(**{k.partition(".")[2]: v for k, v in resolved.items()})
+        return cls(**values, sources=sources, sections=sections)
 
 
-def _rows() -> tuple[Setting, ...]:
-    hints = get_type_hints(Settings)
+_SECTIONS: dict[str, type[Section]] = {}
+
+
+def register_section(kind: type[S]) -> type[S]:
+    """Declare a registry's section (its declaration module does, once)."""
+    known = _SECTIONS.get(kind.KEY)
+    if known is not None and known is not kind:
+        raise ValueError(f"settings section {kind.KEY} is declared twice")
+    _SECTIONS[kind.KEY] = kind
+    rows = _section_rows(kind)
+    global SETTINGS_ALL
+    SETTINGS_ALL = (*SETTINGS_ALL, *(r for r in rows if r.name not in BY_NAME))
+    BY_NAME.update({r.name: r for r in rows})
+    return kind
+
+
+def sections() -> list[type[Section]]:
+    return list(_SECTIONS.values())
+
+
+def _resolve_rows(
+    rows: tuple[Setting, ...],
+    flags: Mapping[str, Any],
+    env: Mapping[str, str],
+    sources: dict[str, str],
+) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for setting in rows:
+        given = flags.get(setting.name)
+        if given is not None:
+            value, source, where = given, setting.flag or setting.name, "flag"
+        elif setting.env and env.get(setting.env, "") != "":
+            source, where = setting.env, "env"
+            if setting.secret:
+                _register(setting, env[setting.env])  # before parsing quotes it
+            value = _parse(setting, env[setting.env])
+        else:
+            value, source, where = setting.default, setting.name, "default"
+        if value is not None:
+            _register(setting, value)
+            _check(setting, value, source)
+        values[setting.name] = value
+        sources[setting.name] = where
+    return values
+
+
+def _rows(cls: type, key: str = "", env_prefix: str = "") -> tuple[Setting, ...]:
+    """The rows of a settings class (the core's, or a section's: named `key.field`)."""
+    hints = get_type_hints(cls)
     rows = []
-    for f in dataclasses.fields(Settings):
+    for f in dataclasses.fields(cls):
         row = f.metadata.get("setting")
         if row is None:
             continue
@@ -396,11 +397,11 @@ def _rows() -> tuple[Setting, ...]:
         kinds = [k for k in getattr(hint, "__args__", (hint,)) if k is not type(None)]
         assert len(kinds) == 1 and kinds[0] in (str, int, float), (f.name, hint)
         assert not isinstance(hint, types.GenericAlias)
-        env = f"STAGECRAWL_{f.name.upper()}" if row["env"] == "" else row["env"]
+        env = f"STAGECRAWL_{env_prefix}{f.name.upper()}" if row["env"] == "" else row["env"]
         flag = "--" + f.name.replace("_", "-") if row["flag"] == "" else row["flag"]
         rows.append(
             Setting(
-                f.name,
+                f"{key}.{f.name}" if key else f.name,
                 f.default,
                 kinds[0],
                 env,
@@ -416,8 +417,14 @@ def _rows() -> tuple[Setting, ...]:
     return tuple(rows)
 
 
-SETTINGS: tuple[Setting, ...] = _rows()
-BY_NAME: Mapping[str, Setting] = {s.name: s for s in SETTINGS}
+def _section_rows(kind: type[Section]) -> tuple[Setting, ...]:
+    return _rows(kind, kind.KEY, kind.ENV_PREFIX)
+
+
+SETTINGS: tuple[Setting, ...] = _rows(Settings)  # the core's rows
+# The core's and every registered section's rows (`register_section` adds a section's).
+SETTINGS_ALL: tuple[Setting, ...] = SETTINGS
+BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
 # The table's defaults, typed: the engine's own dataclasses take their defaults from here, so
 # that each default is written once.
 DEFAULTS = Settings()
@@ -606,7 +613,7 @@ def settings_table() -> str:
         "| setting | flag | env | default | allowed | meaning |",
         "|---|---|---|---|---|---|",
     ]
-    for s in SETTINGS:
+    for s in SETTINGS_ALL:
         default = "none" if s.default is None else f"`{s.default}`"
         flag = f"`{s.flag}`" if s.flag else ""
         env = f"`{s.env}`" if s.env else ""

@@ -34,7 +34,9 @@ if TYPE_CHECKING:  # the pipeline (the engine, aiohttp) is imported where a comm
     from stagecrawl.aircraft.run import AircraftReport
     from stagecrawl.engine.shutdown import GracefulStop
 
-app = typer.Typer(help="Aircraft data from Wikidata (CC0).", no_args_is_help=True)
+app = typer.Typer(
+    help="Aircraft data from Wikidata (CC0).", no_args_is_help=True, rich_markup_mode=None
+)
 
 
 @app.command("crawl")

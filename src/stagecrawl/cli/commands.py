@@ -34,10 +34,17 @@ LAZY: dict[str, tuple[str, str] | tuple[str, str, str]] = {
         "stagecrawl.cli.status:demo",
         "Try stagecrawl offline: the whole pipeline against a bundled 127.0.0.1 mirror.",
     ),
+    "audit": (
+        "stagecrawl.cli.project:audit",
+        "Every lock file under a folder, each against its registry's advisories: one report.",
+    ),
     "licenses": (
-        "stagecrawl.cli.crates:licenses_import",
-        "The license reference table.",
-        "import",
+        "stagecrawl.cli.project:licenses_app",
+        "License reference and policy across registries (check DIR, import FILE).",
+    ),
+    "upgrade": (
+        "stagecrawl.cli.project:upgrade",
+        "Bring a database an older stagecrawl made to this one's schema, in place.",
     ),
 }
 
@@ -48,13 +55,16 @@ def load(name: str) -> Any:
     module_name, attribute = where.split(":")
     target = getattr(importlib.import_module(module_name), attribute)
     if subcommand:  # `stagecrawl licenses import`: a group holding the one command
-        target, command = typer.Typer(help=help_text, no_args_is_help=True), target
+        target, command = (
+            typer.Typer(help=help_text, no_args_is_help=True, rich_markup_mode=None),
+            target,
+        )
         target.command(subcommand[0])(command)
     made: Any
     if isinstance(target, typer.Typer):
         made = typer.main.get_group(target)
     else:
-        single = typer.Typer()
+        single = typer.Typer(rich_markup_mode=None)
         single.command(name)(target)
         made = typer.main.get_command(single)
     made.name = name
@@ -83,6 +93,7 @@ app = typer.Typer(
     cls=LazyGroup,
     help="Polite, durable, staged collection of package data.",
     no_args_is_help=True,
+    rich_markup_mode=None,
     pretty_exceptions_enable=False,
 )
 

@@ -75,24 +75,37 @@ def _help(name: str) -> str:
     return f"{setting.help}.{default}{allowed}{env}"
 
 
+def metavar(name: str) -> str:
+    """How a setting's value reads in help (`RATE`, `N`, `URL`), not its Python type."""
+    setting = BY_NAME[name]
+    if setting.check in ("url", "redis-url", "db-url"):
+        return "URL"
+    if setting.check == "budgets":
+        return "BUDGETS"
+    if setting.kind is int:
+        return "N"
+    if setting.kind is float:
+        return "RATE" if name.endswith("_rate") else "SECONDS"
+    return "TEXT"
+
+
 def _opt(name: str) -> Any:
     setting = BY_NAME[name]
     assert setting.flag
-    return typer.Option(setting.flag, help=_help(name), show_default=False)
+    return typer.Option(setting.flag, help=_help(name), show_default=False, metavar=metavar(name))
 
 
-# Every option that maps to a setting defaults to None ("not given"), so the settings table
-# can tell a flag from the environment from the default.
+def setting_option(name: str) -> Any:
+    """The option of a setting (the core's `concurrency`, a section's `pypi.index_url`), as
+    an `Annotated` type whose default is None ("not given": the settings table tells a flag
+    from the environment from the default)."""
+    kind = BY_NAME[name].kind
+    return Annotated[kind | None, _opt(name)]
+
+
+# Every option that maps to a core setting defaults to None ("not given").
 Db = Annotated[str | None, _opt("db")]
 Contact = Annotated[str | None, _opt("contact")]
-IndexUrl = Annotated[str | None, _opt("index_url")]
-ApiUrl = Annotated[str | None, _opt("api_url")]
-IndexRate = Annotated[float | None, _opt("index_rate")]
-ApiRate = Annotated[float | None, _opt("api_rate")]
-IndexBurst = Annotated[int | None, _opt("index_burst")]
-ApiBurst = Annotated[int | None, _opt("api_burst")]
-IndexBudget = Annotated[str | None, _opt("index_budget")]
-ApiBudget = Annotated[str | None, _opt("api_budget")]
 Concurrency = Annotated[int | None, _opt("concurrency")]
 AircraftConcurrency = Annotated[int | None, _opt("aircraft_concurrency")]
 RedisUrl = Annotated[str | None, _opt("redis_url")]
@@ -111,15 +124,30 @@ FormatOption = Annotated[
         "--format", help="The report on stdout: table (for people) or json (one document)."
     ),
 ]
+Quiet = Annotated[
+    bool,
+    typer.Option(
+        "--quiet", "-q", help="Warnings and errors only; no report table when all went well."
+    ),
+]
 
 
-def settings_from(options: Mapping[str, Any]) -> Settings:
+def settings_from(options: Mapping[str, Any], section: str = "") -> Settings:
     """Resolve the run's settings from a command's options (its `locals()`: those that are
-    settings), then the environment, then the defaults. The process's malloc is bounded
-    here (`malloc_arenas`): every command resolves its settings before it starts a thread."""
+    settings; a registry's own are named without their `section.` prefix), then the
+    environment, then the defaults. The process's malloc is bounded here
+    (`malloc_arenas`): every command resolves its settings before it starts a thread. A
+    `-q` given after the command takes effect here too."""
     from stagecrawl.engine.memory import bound_malloc_arenas
 
-    settings = Settings.resolve({k: v for k, v in options.items() if k in BY_NAME})
+    if options.get("quiet"):
+        setup_logging(state["verbose"], True)
+    flags = {}
+    for key, value in options.items():
+        qualified = f"{section}.{key}" if section and f"{section}.{key}" in BY_NAME else key
+        if qualified in BY_NAME:
+            flags[qualified] = value
+    settings = Settings.resolve(flags)
     bound_malloc_arenas(settings.malloc_arenas)
     return settings
 

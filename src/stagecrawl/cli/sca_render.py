@@ -27,7 +27,12 @@ from stagecrawl.secrets import redact
 
 OutputOption = Annotated[
     Path | None,
-    typer.Option("--output", "-o", help="Write the report to FILE (atomically) instead of stdout."),
+    typer.Option(
+        "--output",
+        "-o",
+        help="Write the report to FILE (atomically) instead of stdout.",
+        metavar="FILE",
+    ),
 ]
 
 

@@ -26,16 +26,16 @@ from stagecrawl.cli.common import (
 from stagecrawl.components import open_database
 from stagecrawl.engine.progress import summary_table
 from stagecrawl.errors import StorageError
-from stagecrawl.pypi.status import status as pypi_status
+from stagecrawl.pauses import Waiting
 from stagecrawl.queue.lists import PENDING, STATE_NAMES
 from stagecrawl.queue.reads import WorkerReads, registry_reads
 from stagecrawl.queue.table import utcnow
 from stagecrawl.secrets import mask_url, redact_data
-from stagecrawl.storage.names import RUST
 from stagecrawl.storage.reads import ReadSource, SqliteFile, file_uri, sqlite_file
 
 if TYPE_CHECKING:
     from stagecrawl.engine.shutdown import GracefulStop
+    from stagecrawl.kernel.declaration import RegistryDecl
     from stagecrawl.settings import Settings
 
 
@@ -56,18 +56,27 @@ def database_status(s: Settings) -> dict[str, Any]:
 
 
 def _database_status(source: ReadSource) -> dict[str, Any]:
-    document: dict[str, Any] = {"crates": crates_status(source)}
-    pypi = pypi_status(source)
-    if pypi is not None:
-        document["pypi"] = pypi
+    """Every declared registry's part, those whose tables exist (a database made before a
+    registry was added has none of its tables: nothing to show for it)."""
+    from stagecrawl.registries import DECLARATIONS
+
+    document: dict[str, Any] = {}
+    with source.reads() as r:
+        present = {name.upper() for name in r.table_names()}
+    for decl in DECLARATIONS:
+        if decl.names.list.upper() in present:
+            document[decl.cli] = registry_status(source, decl)
+    if not document:
+        raise StorageError(f"no stagecrawl tables in {source.safe_url}: nothing collected yet")
     return document
 
 
-def crates_status(source: ReadSource) -> dict[str, Any]:
+def registry_status(source: ReadSource, decl: RegistryDecl) -> dict[str, Any]:
     """Asks the owners: the LIST and seed queues for their ladders, the table owners for
     totals, the worker table for who is working."""
-    tables = registry_reads(RUST)
+    tables = registry_reads(decl.names)
     events, seeds = tables.events, tables.seeds
+    unit = decl.words.unit
     with source.reads() as r:
         by_state = events.queue.by_state(r)
         by_source = events.sources(r)
@@ -77,6 +86,8 @@ def crates_status(source: ReadSource) -> dict[str, Any]:
         pending_seeds = seeds.count(r, PENDING)
         versions = tables.versions.count(r)
         products = tables.products.count(r)
+        # not attempted (a host's pause): seeds and events together, as the runs report it
+        waiting = Waiting.merge([seeds.waiting(r), events.queue.waiting(r)])
     return {
         "database": source.safe_url,
         "list": [
@@ -84,38 +95,13 @@ def crates_status(source: ReadSource) -> dict[str, Any]:
         ],
         "sources": by_source,
         "resync_asked": resync,
-        "ladder": [{"crate": n, "processed": p, "reason": e} for n, p, e in reasons],
-        "seed_ladder": [{"crate": n, "state": p, "reason": e} for n, p, e in seed_ladder],
+        "ladder": [{unit: n, "processed": p, "reason": e} for n, p, e in reasons],
+        "seed_ladder": [{unit: n, "state": p, "reason": e} for n, p, e in seed_ladder],
         "seeds_pending": pending_seeds,
         "versions": versions,
         "products": products,
-        "workers": live_workers(source),
-        **lease_holders(source),
-    }
-
-
-def lease_holders(source: ReadSource) -> dict[str, Any]:
-    """Who holds leases on the LIST, how many, since when, how alive (the queue package's
-    view), and what waits for a pause, not attempted."""
-    now = utcnow()
-    events = registry_reads(RUST).events.queue
-    with source.reads() as r:
-        holders = WorkerReads().holders(r, events)
-        waiting = events.waiting(r)
-    return {
-        "lease_holders": [
-            {
-                "worker": h.worker,
-                "leased_events": h.rows,
-                "since": None if h.since is None else f"{h.since:%Y-%m-%dT%H:%M:%SZ}",
-                "heartbeat_seconds_ago": None
-                if h.heartbeat is None
-                else max(0, int((now - h.heartbeat).total_seconds())),
-                "reclaimable": h.dead(now),
-                "note": h.describe(now),
-            }
-            for h in holders
-        ],
+        "workers": live_workers(source, decl),
+        "lease_holders": lease_holders(source, decl),
         "waiting": None
         if waiting is None
         else {
@@ -126,11 +112,33 @@ def lease_holders(source: ReadSource) -> dict[str, Any]:
     }
 
 
-def live_workers(source: ReadSource) -> list[dict[str, Any]]:
+def lease_holders(source: ReadSource, decl: RegistryDecl) -> list[dict[str, Any]]:
+    """Who holds leases on the LIST, how many, since when, how alive (the queue package's
+    view)."""
+    now = utcnow()
+    events = registry_reads(decl.names).events.queue
+    with source.reads() as r:
+        holders = WorkerReads().holders(r, events)
+    return [
+        {
+            "worker": h.worker,
+            "leased_events": h.rows,
+            "since": None if h.since is None else f"{h.since:%Y-%m-%dT%H:%M:%SZ}",
+            "heartbeat_seconds_ago": None
+            if h.heartbeat is None
+            else max(0, int((now - h.heartbeat).total_seconds())),
+            "reclaimable": h.dead(now),
+            "note": h.describe(now),
+        }
+        for h in holders
+    ]
+
+
+def live_workers(source: ReadSource, decl: RegistryDecl) -> list[dict[str, Any]]:
     """Workers whose heartbeat is within the last minute, their leases and rates."""
     with source.reads() as r:
         rows = WorkerReads().live(r)
-        leases = registry_reads(RUST).events.queue.leases(r)
+        leases = registry_reads(decl.names).events.queue.leases(r)
     result = []
     for row in rows:
         seconds = max(1.0, (row.heartbeat - row.started).total_seconds())
@@ -211,86 +219,12 @@ def status(
 
 
 def _tables(document: dict[str, Any]) -> None:
-    out_console = report_console()  # the report goes to stdout (cli/common.py's emit)
-    crates = document.get("crates")
-    if crates is not None:
-        out = Table(title=f"LIST in {escape(crates['database'])}", title_justify="left")
-        out.add_column("PROCESSED", justify="right")
-        out.add_column("meaning")
-        out.add_column("events", justify="right")
-        for row in crates["list"]:
-            out.add_row(str(row["processed"]), row["meaning"], str(row["events"]))
-        print_table(out)
-        if crates["ladder"]:
-            ladder = Table(title="retry ladder (next run)", title_justify="left")
-            for column in ("crate", "PROCESSED", "last reason"):
-                ladder.add_column(column)
-            for row in crates["ladder"]:
-                ladder.add_row(
-                    escape(row["crate"]), str(row["processed"]), escape(row["reason"] or "")
-                )
-            print_table(ladder)
-        rows: dict[str, object] = {"events by SOURCE": ""}
-        rows.update({f"  {k}": v for k, v in crates["sources"].items()})
-        rows["RESYNC asked"] = crates["resync_asked"]
-        rows["seeds pending"] = crates["seeds_pending"]
-        for seed in crates["seed_ladder"]:
-            rows[f"seed ladder: {seed['crate']}"] = seed["reason"] or ""
-        rows["VERSION rows"] = crates["versions"]
-        rows["PRODUCT rows"] = crates["products"]
-        print_table(summary_table("totals", rows))
-        if not crates["workers"]:
-            out_console.print("no live workers")
-        else:
-            table = Table(title="live workers", title_justify="left")
-            columns = ("worker", "since", "leased events", "events done", "events/s", "requests")
-            for column in (*columns, "shared limit"):
-                table.add_column(column)
-            for w in crates["workers"]:
-                table.add_row(
-                    escape(w["worker"]),
-                    w["since"],
-                    str(w["leased_events"]),
-                    str(w["events_done"]),
-                    f"{w['events_per_second']:.1f}",
-                    str(w["requests"]),
-                    "redis" if w["shared_limit"] else "own bucket",
-                )
-            print_table(table)
-        if crates.get("lease_holders"):
-            held = Table(title="leases held (who, how many, since when)", title_justify="left")
-            for column in ("worker", "leased events", "since (UTC)", "heartbeat", "state"):
-                held.add_column(column)
-            for h in crates["lease_holders"]:
-                ago = h["heartbeat_seconds_ago"]
-                held.add_row(
-                    escape(h["worker"]),
-                    str(h["leased_events"]),
-                    h["since"] or "",
-                    "no worker row" if ago is None else f"{ago} s ago",
-                    "dead: reclaimable now" if h["reclaimable"] else "live",
-                )
-            print_table(held)
-        if crates.get("waiting"):
-            w = crates["waiting"]
-            out_console.print(
-                f"{w['events']} event(s) not attempted, waiting: {escape(w['reason'])}"
-            )
-    pypi = document.get("pypi")
-    if pypi is not None:
-        rows = {f"LIST {r['processed']} {r['meaning']}": r["events"] for r in pypi["list"]}
-        rows.update({f"events from {k}": v for k, v in pypi["sources"].items()})
-        for entry in pypi["ladder"]:
-            rows[f"ladder: {entry['project']}"] = entry["reason"] or ""
-        rows["seeds pending"] = pypi["seeds_pending"]
-        for seed in pypi["seed_ladder"]:
-            rows[f"seed ladder: {seed['project']}"] = seed["reason"] or ""
-        rows["VERSION rows"] = pypi["versions"]
-        rows["PRODUCT rows"] = pypi["products"]
-        if pypi.get("waiting"):
-            w = pypi["waiting"]
-            rows["not attempted, waiting"] = f"{w['items']} item(s): {w['reason']}"
-        print_table(summary_table("PyPI", rows))
+    from stagecrawl.registries import BY_CLI
+
+    for cli, decl in BY_CLI.items():
+        part = document.get(cli)
+        if part is not None:
+            _registry_tables(decl, part)
     aircraft = document.get("aircraft")
     if aircraft is not None:
         for name, data in aircraft["passes"].items():
@@ -298,6 +232,69 @@ def _tables(document: dict[str, Any]) -> None:
             for entry in data["ladder"]:
                 rows[f"×{entry['attempts']} {entry['url']}"] = entry["reason"] or ""
             print_table(summary_table(f"aircraft {name} frontier", rows))
+
+
+def _registry_tables(decl: RegistryDecl, part: dict[str, Any]) -> None:
+    out_console = report_console()  # the report goes to stdout (cli/common.py's emit)
+    unit, title = decl.words.unit, decl.title
+    out = Table(title=f"{title} LIST in {escape(part['database'])}", title_justify="left")
+    out.add_column("PROCESSED", justify="right")
+    out.add_column("meaning")
+    out.add_column("events", justify="right")
+    for row in part["list"]:
+        out.add_row(str(row["processed"]), row["meaning"], str(row["events"]))
+    print_table(out)
+    if part["ladder"]:
+        ladder = Table(title=f"{title} retry ladder (next run)", title_justify="left")
+        for column in (unit, "PROCESSED", "last reason"):
+            ladder.add_column(column)
+        for row in part["ladder"]:
+            ladder.add_row(escape(row[unit]), str(row["processed"]), escape(row["reason"] or ""))
+        print_table(ladder)
+    rows: dict[str, object] = {"events by SOURCE": ""}
+    rows.update({f"  {k}": v for k, v in part["sources"].items()})
+    rows["RESYNC asked"] = part["resync_asked"]
+    rows["seeds pending"] = part["seeds_pending"]
+    for seed in part["seed_ladder"]:
+        rows[f"seed ladder: {seed[unit]}"] = seed["reason"] or ""
+    rows["VERSION rows"] = part["versions"]
+    rows["PRODUCT rows"] = part["products"]
+    print_table(summary_table(f"{title} totals", rows))
+    if not part["workers"]:
+        out_console.print("no live workers")
+    else:
+        table = Table(title="live workers", title_justify="left")
+        columns = ("worker", "since", "leased events", "events done", "events/s", "requests")
+        for column in (*columns, "shared limit"):
+            table.add_column(column)
+        for w in part["workers"]:
+            table.add_row(
+                escape(w["worker"]),
+                w["since"],
+                str(w["leased_events"]),
+                str(w["events_done"]),
+                f"{w['events_per_second']:.1f}",
+                str(w["requests"]),
+                "redis" if w["shared_limit"] else "own bucket",
+            )
+        print_table(table)
+    if part.get("lease_holders"):
+        held = Table(title="leases held (who, how many, since when)", title_justify="left")
+        for column in ("worker", "leased events", "since (UTC)", "heartbeat", "state"):
+            held.add_column(column)
+        for h in part["lease_holders"]:
+            ago = h["heartbeat_seconds_ago"]
+            held.add_row(
+                escape(h["worker"]),
+                str(h["leased_events"]),
+                h["since"] or "",
+                "no worker row" if ago is None else f"{ago} s ago",
+                "dead: reclaimable now" if h["reclaimable"] else "live",
+            )
+        print_table(held)
+    if part.get("waiting"):
+        w = part["waiting"]
+        out_console.print(f"{w['events']} event(s) not attempted, waiting: {escape(w['reason'])}")
 
 
 def demo(

@@ -9,6 +9,7 @@ keyed by version id), then versions. crates.io asks bulk users to take this path
 
 from __future__ import annotations
 
+import asyncio
 import codecs
 import csv
 import json
@@ -26,14 +27,18 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from stagecrawl.components import download_fetcher, open_database
 from stagecrawl.crates.api import parse_time
-from stagecrawl.crates.licenses import LicenseMatcher
-from stagecrawl.crates.queue import utcnow
+from stagecrawl.crates.licenses import CRATES_READER
 from stagecrawl.crates.rows import CRATES_IO_PAGE
 from stagecrawl.crates.semver import SEMVER
 from stagecrawl.crates.tables import LANGUAGE, REPOSITORY, products, versions
-from stagecrawl.engine.shutdown import Interrupted, current_stop
-from stagecrawl.errors import InputError
+from stagecrawl.engine.progress import ProgressReporter
+from stagecrawl.engine.shutdown import GracefulStop, Interrupted, current_stop
+from stagecrawl.errors import ConfigError, InputError
+from stagecrawl.queue.table import utcnow
+from stagecrawl.sca.matcher import LicenseMatcher
+from stagecrawl.settings import Settings, check_http_url
 from stagecrawl.storage.db import Database, dumps
 from stagecrawl.storage.owners import LatestVersion, VersionOrder
 
@@ -411,7 +416,7 @@ def _write_versions(
     deps: sqlite3.Connection,
     progress: Callable[[str, int], None] | None,
 ) -> int:
-    matcher = LicenseMatcher.load(db)
+    matcher = LicenseMatcher.load(db, CRATES_READER)
     writer = versions(db).bulk(VERSION_ROW)
     # Version numbers repeat across crates (0.1.0, 1.0.0…): their sort keys are kept in a
     # bounded cache by text, not per crate, so memory does not grow with the registry.
@@ -544,3 +549,37 @@ def _load_products(db: Database, crates: dict[str, CrateInfo]) -> int:
             raise Interrupted("dump load stopped while writing PRODUCT")
         db.transaction(partial(writer.execute, rows=rows[start : start + BATCH]))
     return len(rows)
+
+
+async def run_dbdump(
+    s: Settings,
+    stop: GracefulStop,
+    source: str,
+    max_bytes: int,
+    progress: ProgressReporter | None = None,
+) -> DumpReport:
+    """`crates dbdump`: download the dump (or read a local one), then load it."""
+    from stagecrawl.crates.plugin import is_crates_io
+
+    with tempfile.TemporaryDirectory(prefix="stagecrawl-dl-") as tmp:
+        if source.startswith(("http://", "https://")):
+            check_http_url(source, "--source")
+            if is_crates_io(source) and not (s.contact or "").strip():
+                raise ConfigError(
+                    "a contact is required: crates.io asks for one. Pass --contact"
+                    " EMAIL-OR-URL or set STAGECRAWL_CONTACT."
+                )
+            path = Path(tmp) / "db-dump.tar.gz"
+            async with download_fetcher(s, source) as fetcher:
+                await stop.cancelling(fetcher.download(source, path, max_bytes, lane="download"))
+        else:
+            path = Path(source)
+            if not path.is_file():
+                raise InputError(f"dump {source} does not exist")
+        database = open_database(s)
+
+        def advance(_what: str, n: int) -> None:
+            if progress is not None:
+                progress.update(n, None, {})
+
+        return await asyncio.to_thread(load_dump, database, path, advance)

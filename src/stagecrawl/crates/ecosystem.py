@@ -1,11 +1,10 @@
 """crates.io as the SCA core knows it: the OSV ecosystem name, the purl type, cargo's SemVer
-order, RustSec as its advisory database, and its VULN tables."""
+order and RustSec as its advisory database."""
 
 from __future__ import annotations
 
 from stagecrawl.crates.semver import Version, sort_key
-from stagecrawl.sca.ecosystem import Ecosystem, VulnTables
-from stagecrawl.storage.db import Database
+from stagecrawl.sca.ecosystem import Ecosystem
 
 CRATES = Ecosystem(
     name="crates.io",
@@ -23,8 +22,3 @@ CRATES = Ecosystem(
     lockfile_name="Cargo.lock",
     manifest_name="Cargo.toml",
 )
-
-
-def vuln_tables(db: Database) -> VulnTables:
-    """TB_COMP_LIB_VULN_CARGO_RAW / _V1 / _HIT."""
-    return VulnTables(raw=db.vuln_raw, v1=db.vuln_v1, hit=db.vuln_hit)

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from stagecrawl.crates.names import identity_key, validate_name, validate_version
-from stagecrawl.errors import InputError
+from stagecrawl.errors import InputError, UnreadableAnswer
 
 
-class IndexFormatError(ValueError):
+class IndexFormatError(UnreadableAnswer):
     """An index file has not one readable line (bad lines among good ones are reported in
     `ParsedIndex.problems` instead)."""
 

@@ -1,42 +1,16 @@
-"""crates.io's licenses: the loose license names crates.io still holds, read by the SCA core's
-SPDX reader, and the crates.io VERSION table's license columns (backfill, AI backfill, policy
-check over the database). The expression grammar, the reference, the matcher and the policy
-are ecosystem-neutral (stagecrawl.sca)."""
+"""crates.io's licenses: the loose license names crates.io still holds, as the SCA core's SPDX
+reader reads them for the matcher and for a license policy. The expression grammar, the
+reference, the matcher, the policy, backfill and the check are ecosystem-neutral
+(stagecrawl.sca, stagecrawl.kernel.sca)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import select
-
-from stagecrawl.crates.semver import sort_key, version_matcher
-from stagecrawl.crates.tables import LANGUAGE, REPOSITORY, versions
-from stagecrawl.engine.shutdown import GracefulStop
-from stagecrawl.errors import ConfigError
 from stagecrawl.sca import matcher as _matcher
-from stagecrawl.sca.ai import AiBackfillReport, AiLicenseClient
-from stagecrawl.sca.ai import backfill_ai as _backfill_ai
-from stagecrawl.sca.audit import Package
-from stagecrawl.sca.config import GateConfig
-from stagecrawl.sca.matcher import BackfillReport
-from stagecrawl.sca.policy import (
-    Clarification,
-    LicenseCheck,
-    PackageLicenses,
-    Policy,
-    Violation,
-    check_rows,
-    parse_licensee,
-)
+from stagecrawl.sca.policy import Policy
 from stagecrawl.sca.policy import evaluate as _evaluate
-from stagecrawl.sca.reference import stable_id
 from stagecrawl.sca.spdx import LicenseReader, Normalised
-from stagecrawl.settings import DEFAULTS
-from stagecrawl.storage.db import Database
-
-# Re-exported for the crates pipeline modules that build rows with them (worker, dbdump).
-__all__ = ["AiLicenseClient", "LicenseMatcher", "stable_id"]
 
 # Loose names crates.io still holds, compared in lower case with spaces collapsed. Only names
 # that say one license: `Apache`, `BSD`, `MPL` follow the `spdx` crate's lax reading (the one
@@ -150,123 +124,8 @@ class LicenseMatcher(_matcher.LicenseMatcher):
         super().__init__(rows, reader)
 
 
-def backfill(db: Database, recompute_all: bool = False) -> BackfillReport:
-    """Fill STANDARD_LICENSE, LICENSE_IDS and LICENSE_EXPRESSION of the crates VERSION table
-    from the stored LICENSE; no network."""
-    return _matcher.backfill(db, versions(db).table, LicenseMatcher.load(db), recompute_all)
-
-
-async def backfill_ai(
-    db: Database,
-    client: AiLicenseClient,
-    stop: GracefulStop | None = None,
-    concurrency: int = DEFAULTS.concurrency,
-) -> AiBackfillReport:
-    """Ask the classifier again for every crates VERSION row whose LICENSE_AI is NULL."""
-    identity = {"LANGUAGE": LANGUAGE, "REPOSITORY": REPOSITORY}
-    return await _backfill_ai(db, versions(db).table, identity, client, stop, concurrency)
-
-
-def parse_policy(allow: list[str], deny: list[str], exceptions: list[str]) -> Policy:
-    """A policy from command-line options (`--exception CRATE=LICENSE` or
-    `CRATE@VERSION=LICENSE`)."""
-    return Policy.parse(allow, deny, exceptions, "CRATE", version_matcher)
-
-
-def policy_from_config(
-    config: GateConfig, allow: list[str], deny: list[str], exceptions: list[str]
-) -> Policy:
-    """The license policy of a run: the flags over the config file (`--allow` / `--deny`
-    replace the file's lists; `--exception` adds to its exceptions); the file's version
-    requirements are cargo's."""
-    flags = parse_policy(allow, deny, exceptions)
-    try:
-        from_file = Policy(
-            tuple(parse_licensee(text) for text in config.allow),
-            tuple(parse_licensee(text) for text in config.deny),
-            tuple(
-                PackageLicenses(
-                    rule.name,
-                    tuple(parse_licensee(text) for text in rule.licenses),
-                    None if rule.version is None else version_matcher(rule.version),
-                    rule.source,
-                )
-                for rule in config.exceptions
-            ),
-            tuple(
-                Clarification(
-                    rule.name,
-                    rule.expression or "",
-                    None if rule.version is None else version_matcher(rule.version),
-                    rule.source,
-                )
-                for rule in config.clarify
-            ),
-        )
-    except ValueError as exc:
-        files = ", ".join(config.files) or "the config"
-        raise ConfigError(f"{files}: licenses: {exc}") from None
-    for rule in config.clarify:
-        if CRATES_POLICY_READER.normalise(rule.expression or "").expression is None:
-            raise ConfigError(
-                f"{rule.source}: licenses.clarify: {rule.name}: not an SPDX expression"
-            )
-    return Policy(
-        allow=flags.allow or from_file.allow,
-        deny=flags.deny or from_file.deny,
-        exceptions=flags.exceptions + from_file.exceptions,
-        clarify=from_file.clarify,
-    )
-
-
 def evaluate(
     expression: str | None, policy: Policy, crate: str | None = None, version: str | None = None
 ) -> str | None:
+    """A crate's license string against a policy, read as cargo-deny reads crate metadata."""
     return _evaluate(expression, policy, crate, version, CRATES_POLICY_READER)
-
-
-def check_database(db: Database, policy: Policy) -> LicenseCheck:
-    """Every collected (crate, version) whose license the policy does not accept."""
-    matcher = LicenseMatcher.load(db)
-    with db.reading() as conn:
-        rows = ((name, version, text) for _, name, version, _, text in versions(db).licenses(conn))
-        return check_rows(rows, policy, matcher, sort_key, CRATES_POLICY_READER)
-
-
-def check_packages(db: Database, packages: list[Package], policy: Policy) -> LicenseCheck:
-    """The license of each (crate, version) of a project, as collected; a version not
-    collected is reported (its license is unknown), never passed."""
-    table = db.version
-    licenses: dict[tuple[str, str], str | None] = {}
-    names = sorted({p.name.lower() for p in packages})
-    with db.engine.connect() as conn:
-        for start in range(0, len(names), 500):
-            query = select(table.c.PRODUCT_KEY, table.c.VERSION, table.c.LICENSE).where(
-                table.c.PRODUCT_KEY.in_(names[start : start + 500])
-            )
-            for row in conn.execute(query):
-                licenses[(str(row.PRODUCT_KEY).lower(), str(row.VERSION))] = row.LICENSE
-    matcher = LicenseMatcher.load(db)
-    collected = [p for p in packages if (p.name.lower(), p.version) in licenses]
-    result = check_rows(
-        ((p.name, p.version, licenses[(p.name.lower(), p.version)]) for p in collected),
-        policy,
-        matcher,
-        sort_key,
-        CRATES_POLICY_READER,
-    )
-    sources = {(p.name.lower(), p.version): tuple(p.sources) for p in packages}
-    missing = [
-        Violation(p.name, p.version, None, None, "not collected: license unknown")
-        for p in packages
-        if (p.name.lower(), p.version) not in licenses
-    ]
-    result.rows += len(missing)
-    result.violations = sorted(
-        (
-            replace(v, found_in=sources.get((v.package.lower(), v.version), ()))
-            for v in [*result.violations, *missing]
-        ),
-        key=lambda v: (v.package.lower(), sort_key(v.version)),
-    )
-    return result

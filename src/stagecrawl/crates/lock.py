@@ -9,26 +9,22 @@ when the index is a mirror, that CARGO_HOME's config replaces the crates-io sour
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import tempfile
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from stagecrawl.crates.client import CratesClient, explain
-from stagecrawl.crates.config import DEFAULT_INDEX_URL
-from stagecrawl.crates.index import IndexFormatError
-from stagecrawl.crates.names import validate_name, validate_version
-from stagecrawl.crates.queue import NewEvent, register
-from stagecrawl.engine.git import GitRepo as GitRepo  # re-exported: moved to the core
+from stagecrawl.crates.declaration import DEFAULT_INDEX_URL
+from stagecrawl.engine.git import GitRepo
 from stagecrawl.engine.git import last_error_line as _last_error_line
 from stagecrawl.engine.git import run_git as _run
-from stagecrawl.engine.git import select_tags as select_tags
-from stagecrawl.engine.shutdown import GracefulStop, Interrupted, Unsent
-from stagecrawl.errors import FetchError, InputError, NotFound
-from stagecrawl.storage.db import Database
+from stagecrawl.engine.shutdown import GracefulStop
+from stagecrawl.errors import InputError
+from stagecrawl.kernel.registry import LockInput
+from stagecrawl.sca.audit import DependencyGraph
 
 log = logging.getLogger("stagecrawl.lock")
 CRATES_IO_SOURCES = frozenset(
@@ -129,99 +125,94 @@ async def resolve_tree(
     return committed.read_text(encoding="utf-8"), GENERATED
 
 
-async def lock_at_tag(repo: GitRepo, tag: str, home: Path) -> tuple[list[LockedPackage], str]:
+def read_cargo_lock(text: str, where: str, kind: str = LOCKFILE, folder: str = "") -> LockInput:
+    """A Cargo.lock as lock mode and audit read it: its crates.io packages as pins (with the
+    line of each `[[package]]`, for SARIF), the others (the workspace's own crates, path and
+    git dependencies, other registries) named as not from crates.io, and its dependency
+    graph. InputError when it is not a Cargo.lock."""
+    packages = parse_lockfile(text, where)
+    lines = package_lines(text)
+    external = external_crates(packages)
+    pins = [(p.name, p.version, lines.get((p.name, p.version))) for p in external]
+    others = sorted(
+        {(p.name, p.version, p.source) for p in packages if p.source not in CRATES_IO_SOURCES},
+        key=lambda t: (t[0], t[1], t[2] or ""),
+    )
+    unaudited = [(f"{name} {version}", _not_crates_io(source)) for name, version, source in others]
+    return LockInput(where, kind, pins, unaudited, graph=lock_graph(text, where, folder))
+
+
+def _not_crates_io(source: str | None) -> str:
+    if source is None:
+        return "a workspace member or path dependency: not from crates.io"
+    if source.startswith("git+"):
+        return "a git dependency: not from crates.io"
+    return f"from another registry ({source.split('#')[0]}): not crates.io"
+
+
+async def locks_at_tag(repo: GitRepo, tag: str, home: Path) -> list[LockInput]:
+    """The Cargo.lock at a tag (committed, or resolved by cargo)."""
     where = f"{repo.label}@{tag}"
     with tempfile.TemporaryDirectory(prefix="stagecrawl-tag-") as tmp:
         tree = Path(tmp)
         await repo.export(tag, tree)
         text, kind = await resolve_tree(tree, home, where, repo.stop)
-    return parse_lockfile(text, f"{where} Cargo.lock"), kind
+    return [read_cargo_lock(text, f"{where} Cargo.lock", kind)]
 
 
-@dataclass
-class TagReport:
-    label: str
-    kind: str = ""
-    packages: int = 0
-    external: int = 0
-    new_events: int = 0
-    not_found: tuple[str, ...] = ()
-    crates: frozenset[str] = frozenset()
-    error: str | None = None
-    index_failed: dict[str, str] | None = None
-    # "name version" -> why crates.io could not have published it: never registered
-    rejected: dict[str, str] = field(default_factory=dict)
+def package_lines(text: str) -> dict[tuple[str, str], int]:
+    """The 1-based line of each `[[package]]` header of a Cargo.lock, by (name, version), for
+    SARIF locations (the first one when a pair appears twice)."""
+    result: dict[tuple[str, str], int] = {}
+    header = 0
+    name: str | None = None
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if stripped == "[[package]]":
+            header, name = number, None
+        elif stripped.startswith("name = ") and header:
+            name = stripped[len("name = ") :].strip().strip('"')
+        elif stripped.startswith("version = ") and header and name is not None:
+            version = stripped[len("version = ") :].strip().strip('"')
+            result.setdefault((name, version), header)
+            header = 0
+    return result
 
 
-async def register_lock(
-    db: Database,
-    client: CratesClient | None,
-    report: TagReport,
-    packages: list[LockedPackage],
-    pinned_only: bool,
-    stop: GracefulStop | None = None,
-) -> None:
-    """Register the events one lock asks for, tagged with its label: every version of each
-    crate it names (from the index, yanked flagged), or with `pinned_only` just the pins,
-    from the lock file alone (the collect that follows asks the index, the authority)."""
-    external = []
-    for package in external_crates(packages):
-        try:  # before any URL is built from it or anything is registered
-            validate_name(package.name)
-            validate_version(package.version, package.name)
-            external.append(package)
-        except InputError as exc:
-            report.rejected[f"{package.name} {package.version}"] = str(exc)
-            log.warning("%s: package skipped, never registered: %s", report.label, exc)
-    report.packages = len(packages)
-    report.crates = frozenset(p.name for p in external)
-    report.external = len(report.crates)
-    pins: dict[str, set[str]] = {}
-    for package in external:
-        pins.setdefault(package.name, set()).add(package.version)
-    events: list[NewEvent] = []
-    missing: list[str] = []
-    failed: dict[str, str] = {}
-    for name, versions in sorted(pins.items()):
-        if pinned_only or client is None:
-            events += [
-                NewEvent(name, vers, "lock", False, report.kind, (report.label,))
-                for vers in sorted(versions)
-            ]
-            continue
-        if stop is not None and stop.requested:
-            raise Interrupted("lock registration stopped")
-        try:
-            # On the wire when a stop comes: it may finish within the grace period, then it
-            # is cancelled (never an unbounded wait on a stalled index).
-            asked = client.index(name)
-            entry = await (stop.within_grace(asked) if stop is not None else asked)
-        except Unsent as unsent:  # stopped while waiting for its turn: nothing was sent
-            raise Interrupted("lock registration stopped") from unsent
-        except NotFound:
-            missing.append(name)
-            continue
-        except (FetchError, IndexFormatError) as exc:
-            # Not lost: its pins are registered, and collect asks the index again.
-            failed[name] = explain(exc)
-            events += [
-                NewEvent(name, vers, "lock", False, report.kind, (report.label,))
-                for vers in sorted(versions)
-            ]
-            continue
-        yanked = {v.vers: v.yanked for v in entry.versions}
-        # A pin the readable lines do not list but that may sit on an unreadable line is
-        # registered all the same; collect then says which line it waits on.
-        listed = list(yanked) + sorted(
-            v for v in versions - set(yanked) if entry.unreadable_reason(v) is not None
-        )
-        events += [
-            NewEvent(
-                entry.real_name, vers, "lock", yanked.get(vers, False), report.kind, (report.label,)
-            )
-            for vers in listed
-        ]
-    counts = await asyncio.to_thread(register, db, events)
-    report.new_events = counts.new
-    report.not_found = tuple(missing)
-    report.index_failed = failed
+def lock_graph(text: str, where: str, folder: str = "") -> DependencyGraph:
+    """The dependency graph of a Cargo.lock (any format version): each `[[package]]`'s
+    `dependencies` (`name`, `name version` or `name version (source)`), resolved to the
+    (name, version) they name; `local` every package not from crates.io (workspace members,
+    path, git); the root is the one workspace member (no source) that no other package
+    depends on (None when the lock has several)."""
+    try:
+        document = tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, RecursionError) as exc:
+        raise InputError(f"cannot read {where}: {exc}") from None
+    packages = document.get("package") or []
+    if not isinstance(packages, list):
+        raise InputError(f"{where} is not a Cargo.lock: `package` is not [[package]] tables")
+    entries: list[dict[str, Any]] = [e for e in packages if isinstance(e, dict)]
+    nodes = [(str(e.get("name")), str(e.get("version"))) for e in entries]
+    by_name: dict[str, list[tuple[str, str]]] = {}
+    for node in nodes:
+        by_name.setdefault(node[0], []).append(node)
+    edges: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for entry, node in zip(entries, nodes, strict=True):
+        dependencies = entry.get("dependencies") or []
+        if not isinstance(dependencies, list):
+            raise InputError(f"{where}: {node[0]} {node[1]}: `dependencies` is not a list")
+        for dependency in dependencies:
+            name, _, rest = str(dependency).partition(" ")
+            version = rest.split(" ")[0] if rest else None
+            candidates = by_name.get(name, [])
+            target = next((c for c in candidates if version is None or c[1] == version), None)
+            if target is not None:
+                edges.setdefault(node, []).append(target)
+    sources = [e.get("source") if isinstance(e.get("source"), str) else None for e in entries]
+    local = [n for n, src in zip(nodes, sources, strict=True) if src not in CRATES_IO_SOURCES]
+    members = [n for n, src in zip(nodes, sources, strict=True) if src is None]
+    depended = {d for deps in edges.values() for d in deps}
+    roots = [n for n in members if n not in depended]
+    root = roots[0] if len(roots) == 1 else None
+    return DependencyGraph(root, local, edges, folder)

@@ -20,17 +20,17 @@ from pathlib import Path
 from rich.console import Console
 
 from stagecrawl.aircraft.run import AircraftConfig, run_aircraft
-from stagecrawl.crates import pipeline
-from stagecrawl.crates.client import CratesClient
-from stagecrawl.crates.config import collect_settings, crates_fetcher
-from stagecrawl.crates.licenses import backfill
-from stagecrawl.crates.osv import ImportReport, import_advisories, read_advisories
+from stagecrawl.crates.plugin import REGISTRY as CRATES
 from stagecrawl.demo.pypi import run_pypi
 from stagecrawl.demo.registry import build_mirror
 from stagecrawl.demo.wikidata import install
 from stagecrawl.engine.progress import ProgressReporter, summary_table
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.errors import InputError
+from stagecrawl.kernel import lock as lock_mode
+from stagecrawl.kernel.collecting import CollectSettings
+from stagecrawl.kernel.phases import collect, registry_fetcher, seed
+from stagecrawl.kernel.sca import import_records, run_backfill
 from stagecrawl.settings import Settings
 from stagecrawl.storage.db import Database
 from stagecrawl.testing.origin import TestOrigin
@@ -154,75 +154,73 @@ async def run_demo(out: Path, console: Console, quiet: bool, stop: GracefulStop)
     build_mirror(out / "mirror")
     db_path = out / "stagecrawl.db"
     db_path.unlink(missing_ok=True)
-    db = Database(f"sqlite:///{db_path}")
+    db_url = f"sqlite:///{db_path}"
+    db = Database(db_url)
     code = 0
     with TestOrigin(out / "mirror" / "index") as index, TestOrigin(out / "mirror" / "api") as api:
         api.add("osv/crates.io/all.zip", osv_zip())
         s = Settings.resolve(
             {
-                "index_url": index.url + "/",
-                "api_url": api.url + "/",
-                "api_rate": 20.0,
-                "index_rate": 100.0,
+                "crates.index_url": index.url + "/",
+                "crates.api_url": api.url + "/",
+                "crates.api_rate": 20.0,
+                "crates.index_rate": 100.0,
                 "contact": CONTACT,
+                "db": db_url,
             },
             {},  # the demo is the same everywhere: no environment
         )
         console.print(f"[bold]demo mirror[/] index {index.url}  API {api.url}  (127.0.0.1 only)")
-        async with crates_fetcher(s) as fetcher:
-            client = CratesClient(fetcher, s.index_url, s.api_url)
-            seeded = await pipeline.seed(db, client, SEEDS, stop)
+        async with registry_fetcher(CRATES, s) as fetcher:
+            client = CRATES.client(fetcher, s)
+            seeded = await seed(db, CRATES, client, SEEDS, stop)
             assert seeded.seed is not None
             console.print(
                 f"1. seed {', '.join(SEEDS)}: {seeded.seed.counts.new} events "
-                f"({', '.join(sorted(seeded.seed.crates))})"
+                f"({', '.join(sorted(seeded.seed.units))})"
             )
             repo_dir = out / "demo-app"
             if stop.requested:
                 return stop.exit_code
             if shutil.which("git"):
                 make_app_repo(repo_dir)
-                cache = out / "cache"
-                inputs = await pipeline.lock_inputs(
-                    str(repo_dir), [], None, True, None, None, cache, stop
-                )
-                locked = await pipeline.lock(
-                    lambda: db, client, inputs, cache, s.index_url, False, stop
-                )
-                for report in locked.tags:
-                    console.print(
-                        f"2. lock {report.label}: {report.external} crates from its "
-                        f"{report.kind}, {report.new_events} new events"
-                    )
+                sources = lock_mode.LockSources(repo=str(repo_dir), all_tags=True)
+                for read in await lock_mode.read_sources(CRATES, s, sources, stop):
+                    for lock in read.locks:
+                        report = lock_mode.InputReport(read.label)
+                        await lock_mode.register_lock(
+                            db, CRATES, client, read.label, lock, report, True, stop
+                        )
+                        console.print(
+                            f"2. lock {report.label}: {len(report.units)} crates from its "
+                            f"{report.kind}, {report.new_events} new events"
+                        )
             else:
                 console.print("2. lock: skipped, git is not installed")
             if stop.requested:
                 return stop.exit_code
             with ProgressReporter("3. collect", console=console, quiet=quiet) as progress:
-                collected = await pipeline.collect(
-                    db, client, collect_settings(s), stop, progress=progress
+                collected = await collect(
+                    db, CRATES, client, CollectSettings.from_settings(s), stop, progress=progress
                 )
             summary = collected.collect
             assert summary is not None
             console.print(
-                f"3. collect: {summary.outcomes[1]} versions of {summary.crates} "
+                f"3. collect: {summary.outcomes[1]} versions of {summary.units} "
                 f"crates, {summary.yanked} yanked, 429s seen: "
                 f"{sum(collected.rate_limited.values())}, "
                 f"{summary.wall_seconds:.1f}s"
             )
             if stop.requested:
                 return stop.exit_code
-        licensed = await asyncio.to_thread(backfill, db, True)
+        licensed, _ai = await run_backfill(CRATES, s, True, stop)
         console.print(
             f"4. licenses: {licensed.matched} of {licensed.rows} versions matched "
             "the SPDX reference"
         )
-        vulns = ImportReport()
-        async with crates_fetcher(s) as fetcher:
+        async with registry_fetcher(CRATES, s) as fetcher:
             body = (await fetcher.get(api.url + "/osv/crates.io/all.zip")).content
-        await asyncio.to_thread(
-            import_advisories, db, read_advisories(body, vulns.read), "collected", vulns
-        )
+        vulns = await asyncio.to_thread(import_records, db, CRATES, body, "collected", 4 << 20)
         console.print(
             f"5. vulns: {vulns.advisories} RustSec advisories read, "
             f"{vulns.in_scope} about collected crates, {vulns.hits} versions hit"

@@ -10,12 +10,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from stagecrawl import components
 from stagecrawl.engine.progress import ProgressReporter
 from stagecrawl.engine.shutdown import GracefulStop
-from stagecrawl.pypi import pipeline, sca
-from stagecrawl.pypi.client import PyPIClient
-from stagecrawl.pypi.pipeline import CollectSettings, PyPIEndpoints
+from stagecrawl.kernel.collecting import CollectSettings
+from stagecrawl.kernel.phases import ai_client, collect, started
+from stagecrawl.kernel.sca import AuditRequest, Inputs, import_records, run_audit
+from stagecrawl.pypi.plugin import REGISTRY as PYPI
 from stagecrawl.settings import Settings
 from stagecrawl.storage.db import Database
 from stagecrawl.testing.pypi_origin import PyPIOrigin
@@ -30,43 +30,39 @@ async def run_pypi(
     origin = PyPIOrigin().load_fixtures()
     with origin:
         flags = {
-            "pypi_index_url": f"{origin.url}/simple/",
-            "pypi_api_url": f"{origin.url}/",
-            "pypi_index_rate": 50.0,
-            "pypi_api_rate": 20.0,
-            "pypi_files_rate": 50.0,
+            "pypi.index_url": f"{origin.url}/simple/",
+            "pypi.api_url": f"{origin.url}/",
+            "pypi.index_rate": 50.0,
+            "pypi.api_rate": 20.0,
+            "pypi.files_rate": 50.0,
             "contact": "stagecrawl-demo@example.org",
+            "db": db.url,
         }
         s = Settings.resolve(flags, {})
-        e = PyPIEndpoints(
-            s.pypi_index_url, s.pypi_api_url, s.pypi_index_rate, s.pypi_api_rate, s.pypi_files_rate
-        )
-        fetcher = components.build_fetcher(s, pipeline.pypi_lanes(e))
-        client = PyPIClient(fetcher, s.pypi_index_url, s.pypi_api_url)
         names = sorted(p.display_name for p in origin.projects.values())
-        async with fetcher:
+        async with started(PYPI, s) as (fetcher, client):
             with ProgressReporter("pypi crawl", console=console, quiet=quiet) as progress:
-                crawled = await pipeline.collect(
+                crawled = await collect(
                     db,
+                    PYPI,
                     client,
-                    CollectSettings(concurrency=8),
+                    CollectSettings.from_settings(s),
                     stop,
                     names,
                     progress=progress,
-                    licenses=sca.license_matcher(db),
+                    ai=ai_client(s, fetcher),
                 )
     folder = Path(str(resources.files("stagecrawl.demo") / "data" / "osv-pypi"))
-    imported = sca.import_osv(db, folder, "all", 4 * 1024 * 1024)
+    imported = import_records(db, PYPI, folder, "all", 4 * 1024 * 1024)
     lock = out / "requirements.txt"
     lock.write_text(LOCK)
-    audited = sca.audit_pypi(
-        db.engine.url.render_as_string(False), sca.audit_inputs([], [lock]), []
-    )
+    audited = await run_audit(PYPI, s, AuditRequest(Inputs(lockfiles=(lock,))), stop)
     summary = crawled.collect
     assert summary is not None
     return (
-        f"{summary.outcomes[1]} versions of {summary.projects} PyPI projects"
-        f" ({summary.yanked} yanked, {summary.unknown_dependencies} with unknown dependencies),"
+        f"{summary.outcomes[1]} versions of {summary.units} PyPI projects"
+        f" ({summary.yanked} yanked, {summary.counts['unknown_dependencies']} with unknown"
+        " dependencies),"
         f" 429s seen: {sum(crawled.rate_limited.values())};"
         f" {imported.advisories} PYSEC advisories; audit of {lock.name}:"
         f" {len(audited.vulnerabilities)} vulnerabilities"

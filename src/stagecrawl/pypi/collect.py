@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -24,12 +25,11 @@ from stagecrawl.pypi.licenses import declared_license
 from stagecrawl.pypi.metadata import CoreMetadata
 from stagecrawl.pypi.names import product_key
 from stagecrawl.pypi.simple import SimpleRelease
-from stagecrawl.pypi.tables import PEP440
+from stagecrawl.pypi.tables import LANGUAGE, PEP440, REPOSITORY
 from stagecrawl.pypi.versions import is_valid, version_key
 from stagecrawl.sca.matcher import LicenseMatcher
 from stagecrawl.storage.owners import latest_version
 
-LANGUAGE, REPOSITORY = "python", "PyPI"
 PROJECT_PAGE = "https://pypi.org/project/"
 VERSION_CONCURRENCY = 16  # enrichment requests of one project in flight; the lanes pace them
 
@@ -66,35 +66,62 @@ class CollectedProject:
 
 
 async def collect_project(
-    client: PyPIClient, name: str, wanted: set[str] | None = None, skip: set[str] | None = None
+    client: PyPIClient, name: str, wanted: set[str] | None = None
 ) -> CollectedProject:
     """Fetch and enrich one project. `wanted` limits enrichment to those versions (every
-    version is still listed); `skip` leaves out versions already stored (both by PEP 440
-    equality: a pin `3.13.0` is the release PyPI lists as `3.13`). Raises NotFound for
-    an unknown project and SimpleFormatError for an unreadable Simple page."""
+    version is still listed; compared by PEP 440 equality: a pin `3.13.0` is the release PyPI
+    lists as `3.13`). Raises NotFound for an unknown project and SimpleFormatError for an
+    unreadable Simple page.
+
+    Every lane starts as soon as what it needs is known: the Simple page names each core
+    metadata file, so the files lane starts with the JSON API's project form beside it, not
+    behind it (a crawl on one strict host otherwise left the files lane, the largest, idle
+    for each project's API round trip); only the versions without metadata wait for the
+    project form, whose display name their release form is asked by (the normalised name
+    would cost a 301 each)."""
     page = await client.simple(name)
     assert page is not None  # no validators were sent, so no 304
-    project_api = await client.project(page.project.name)
-    display = project_api.display_name if project_api else page.project.name
     gate = asyncio.Semaphore(VERSION_CONCURRENCY)
-
-    async def enrich(release: SimpleRelease) -> VersionFacts:
-        async with gate:
-            return await _enrich(client, display, release)
-
     wanted_keys = None if wanted is None else {version_key(v) for v in wanted}
-    skip_keys = {version_key(v) for v in skip or ()}
     chosen = [
         r
         for r in page.project.releases
-        if (wanted_keys is None or version_key(r.version) in wanted_keys)
-        and version_key(r.version) not in skip_keys
+        if wanted_keys is None or version_key(r.version) in wanted_keys
     ]
-    facts = list(await asyncio.gather(*(enrich(r) for r in chosen)))
-    return CollectedProject(page.project.name, display, page, project_api, facts)
+
+    async def from_metadata(release: SimpleRelease) -> VersionFacts:
+        async with gate:
+            return await _metadata_facts(client, release)
+
+    project_api, *facts = await all_or_none(
+        [client.project(page.project.name), *(from_metadata(r) for r in chosen)]
+    )
+    assert project_api is None or isinstance(project_api, ApiRelease)
+    display = project_api.display_name if project_api else page.project.name
+    versions = [f for f in facts if isinstance(f, VersionFacts)]
+
+    async def from_api(fact: VersionFacts) -> None:
+        async with gate:
+            await _api_facts(client, display, fact)
+
+    await all_or_none([from_api(f) for f in versions if f.source is None])
+    return CollectedProject(page.project.name, display, page, project_api, versions)
 
 
-async def _enrich(client: PyPIClient, display: str, release: SimpleRelease) -> VersionFacts:
+async def all_or_none(coroutines: list[Coroutine[Any, Any, Any]]) -> list[Any]:
+    """The results of all, or the first failure with every other one cancelled and waited
+    for: a unit that fails sends nothing more (a stop means nothing new goes out)."""
+    tasks = [asyncio.ensure_future(c) for c in coroutines]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+async def _metadata_facts(client: PyPIClient, release: SimpleRelease) -> VersionFacts:
     facts = VersionFacts(release)
     offered = release.metadata_file()
     if offered is not None:
@@ -104,14 +131,16 @@ async def _enrich(client: PyPIClient, display: str, release: SimpleRelease) -> V
             facts.problem = str(exc)
         if facts.metadata is not None:
             facts.source = "metadata"
-            return facts
+    return facts
+
+
+async def _api_facts(client: PyPIClient, display: str, facts: VersionFacts) -> None:
     try:
-        facts.api = await client.release(display, release.version)
+        facts.api = await client.release(display, facts.release.version)
     except NotFound:
         facts.api = None
     if facts.api is not None:
         facts.source = "json-api"
-    return facts
 
 
 def _release_date(release: SimpleRelease) -> datetime | None:

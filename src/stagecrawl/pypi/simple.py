@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urljoin
 
+from stagecrawl.errors import UnreadableAnswer
 from stagecrawl.pypi.names import normalize
 from stagecrawl.pypi.versions import parse
 
@@ -34,8 +35,10 @@ DIST_SUFFIXES = (
 _PLATFORM_TAIL = re.compile(r"\.(win32|win-amd64|macosx-[^-]+|linux-[^-]+)(-py\d+(\.\d+)?)?$")
 
 
-class SimpleFormatError(ValueError):
+class SimpleFormatError(UnreadableAnswer):
     """A reply that is not a PEP 691 project page (HTML, not JSON, the wrong shape)."""
+
+    prefix = "unreadable reply: "
 
 
 @dataclass(frozen=True)

@@ -1,46 +1,96 @@
 """PyPI's tables and their owners: the one place that says PyPI's rows are LANGUAGE 'python',
-REPOSITORY 'PyPI', keyed by the PEP 503 name and ordered by PEP 440
-(TB_COMP_LIB_PYPI_LIST, TB_COMP_LIB_VERSION_PYPI, TB_COMP_LIB_PRODUCT_PYPI, the seed queue
-TB_STAGECRAWL_SEED_PYPI; docs/schema.md)."""
+REPOSITORY 'PyPI', keyed by the PEP 503 name and ordered by PEP 440, with PyPI's own columns
+(docs/pypi.md), and how a database an older stagecrawl made is brought to this shape."""
 
 from __future__ import annotations
 
-import hashlib
+from collections.abc import Sequence
+from typing import Any
 
-from stagecrawl.pypi.names import normalize
+from sqlalchemy import Boolean, Column, String, Text
+
+from stagecrawl.pypi.declaration import NAMES
 from stagecrawl.pypi.versions import is_final, sort_key
-from stagecrawl.queue import SqlQueue
-from stagecrawl.queue.events import EventList, seed_spec
-from stagecrawl.storage.db import Database, RegistryTables
-from stagecrawl.storage.names import PYPI
+from stagecrawl.storage.db import Database
+from stagecrawl.storage.names import SHORT_TEXT_MAX, STATUS_MAX, VALIDATOR_MAX
 from stagecrawl.storage.owners import ProductTable, VersionOrder, VersionTable
+from stagecrawl.storage.schema import (
+    BigCount,
+    Collations,
+    JsonText,
+    Migration,
+    MigrationContext,
+    RegistrySchema,
+    register,
+)
 
-CODE = PYPI.code
+CODE = NAMES.code
 LANGUAGE, REPOSITORY = "python", "PyPI"
 # An invalid version (`unknown`) sorts below every valid one and is never a final release.
 PEP440 = VersionOrder(key=sort_key, is_prerelease=lambda version: not is_final(version))
 
 
-def event_id(name: str, version: str) -> bytes:
-    """The LIST primary key: sha256 of `pep503-name@version`, 32 raw bytes."""
-    return hashlib.sha256(f"{normalize(name)}@{version}".encode()).digest()
+def _version_extra(_c: Collations) -> Sequence[Column[Any]]:
+    return (
+        Column("YANKED_REASON", Text),
+        Column("REQUIRES_PYTHON", String(SHORT_TEXT_MAX)),
+        Column("EXTRAS", JsonText),  # Provides-Extra; NULL: unknown
+        Column("FILES", JsonText),  # filename, hashes, size, upload_time, yanked …
+        Column("DEPENDENCY_SOURCE", String(STATUS_MAX)),  # metadata | json-api | NULL
+        Column("LICENSE_SOURCE", String(32)),
+        Column("VERSION_VALID", Boolean),  # PEP 440
+    )
 
 
-def tables(db: Database) -> RegistryTables:
-    return db.registry(CODE)
+def _product_extra(_c: Collations) -> Sequence[Column[Any]]:
+    return (
+        Column("PROJECT_STATUS", String(STATUS_MAX)),  # PEP 792
+        Column("LAST_SERIAL", BigCount),
+        Column("ETAG", String(VALIDATOR_MAX)),
+        Column("INVALID_VERSIONS", JsonText),
+    )
 
 
-def event_list(db: Database) -> EventList:
-    return EventList(db, tables(db).list, normalize, event_id)
+def _own_words(ctx: MigrationContext) -> None:
+    """Schema 1: the LIST and seed tables' key column is PROJECT_NAME (it was CRATE_NAME,
+    copied from the first registry), its indexes named after it; crates.io's RUST_VERSION
+    and LINKS leave PyPI's VERSION table (always NULL there); names may be 200 characters
+    (the columns held 64, validation allowed 200)."""
+    n = NAMES
+    for old in (f"IX_{n.code}_LIST_CRATE_NAME", f"IX_{n.code}_LIST_PROCESSED_CRATE"):
+        ctx.drop_index(n.list, old)
+    ctx.drop_index(n.list, f"IX_{n.code}_LIST_RESYNC_CRATE")
+    ctx.rename_column(n.list, "CRATE_NAME", n.group)
+    ctx.rename_column(n.seed, "CRATE_NAME", n.group)
+    ctx.drop_column(n.version, "RUST_VERSION")
+    ctx.drop_column(n.version, "LINKS")
+    for table, columns in (
+        (n.list, (n.group, "NAME")),
+        (n.seed, (n.group, "NAME")),
+        (n.version, ("PRODUCT_KEY", "NAME")),
+        (n.product, ("PRODUCT_KEY", "NAME")),
+        (n.vuln_raw, ("PRODUCT_KEY",)),
+        (n.vuln_v1, ("PRODUCT_KEY",)),
+        (n.vuln_hit, ("PRODUCT_KEY",)),
+    ):
+        for column in columns:
+            ctx.widen(table, column)
 
 
-def seed_queue(db: Database) -> SqlQueue:
-    return SqlQueue(db, seed_spec(tables(db).seed.name))
+SCHEMA = register(
+    RegistrySchema(
+        NAMES,
+        version_extra=_version_extra,
+        product_extra=_product_extra,
+        dependencies_nullable=True,  # NULL: unknown (never "none", which is [])
+        migrations=(Migration(1, "PROJECT_NAME key column, no crates.io columns", _own_words),),
+    )
+)
 
 
 def versions(db: Database) -> VersionTable:
-    return VersionTable(db, tables(db), LANGUAGE, REPOSITORY)
+    return VersionTable(db, db.registry(CODE), LANGUAGE, REPOSITORY)
 
 
 def products(db: Database) -> ProductTable:
-    return ProductTable(db, tables(db), LANGUAGE, REPOSITORY, PEP440)
+    return ProductTable(db, db.registry(CODE), LANGUAGE, REPOSITORY, PEP440)

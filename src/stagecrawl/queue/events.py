@@ -91,9 +91,10 @@ REGISTER_CHUNK = 50_000
 READ_CHUNK = 10_000
 # The columns of a new row, in the order `_register_chunk` builds them: the table's (the
 # rows go to the driver as they are, `storage.bulk`).
-_INSERTED = ("ID", "CRATE_NAME", "NAME", "VERSION", "SOURCE", "RESOLVE_KIND", "REF_TAGS", "YANKED",
-             "PROCESSED", "RESYNC", "CLAIMED_BY", "CLAIMED_UNTIL", "CLAIMED_AT", "TIMESTAMP",
-             "LAST_UPDATED")  # fmt: skip
+# The key column's name is the registry's (`group`); the others are every LIST's.
+_INSERTED_AFTER_KEY = ("NAME", "VERSION", "SOURCE", "RESOLVE_KIND", "REF_TAGS", "YANKED",
+                       "PROCESSED", "RESYNC", "CLAIMED_BY", "CLAIMED_UNTIL", "CLAIMED_AT",
+                       "TIMESTAMP", "LAST_UPDATED")  # fmt: skip
 
 
 def _tags_json(tags: Iterable[str]) -> str:
@@ -120,12 +121,15 @@ class EventList(EventListReads):
         table: Table,
         identity: Callable[[str], str],
         event_key: Callable[[str, str], bytes],
+        group: str = "CRATE_NAME",
     ) -> None:
-        super().__init__(SqlQueue(db, list_spec(table.name), table))
+        """`group`: the table's key column (the registry's name for it)."""
+        super().__init__(SqlQueue(db, list_spec(table.name, group), table))
         self.db = db
         self.table = table
         self.identity = identity
         self.event_key = event_key
+        self._inserted = ("ID", group, *_INSERTED_AFTER_KEY)
 
     def register(self, events: Iterable[NewEvent], resync: bool = False) -> RegisterCounts:
         """Idempotent upsert of events: merges SOURCE and REF_TAGS, refreshes YANKED, and never
@@ -210,7 +214,7 @@ class EventList(EventListReads):
                 {},
             )
         }
-        # New rows as tuples in `_INSERTED` order, built in one pass (no dict a row): a
+        # New rows as tuples in `self._inserted` order, built in one pass (no dict a row): a
         # seeder registers every version it is told of.
         inserts: list[tuple[Any, ...]] = []
         updates: list[dict[str, Any]] = []
@@ -268,7 +272,7 @@ class EventList(EventListReads):
             )
         if inserts:
             compiled = compile_for(
-                conn.dialect, ("register-insert", table), table.insert, _INSERTED
+                conn.dialect, ("register-insert", table), table.insert, self._inserted
             )
             execute(conn, compiled, inserts)
             counts.new += len(inserts)

@@ -29,12 +29,13 @@ CLAIMABLE = LIST_CODES.claimable
 STATE_NAMES = LIST_CODES.names
 
 
-def list_spec(table: str) -> QueueTable:
-    """A LIST table's columns: events grouped by package (CRATE_NAME), leased."""
+def list_spec(table: str, group: str = "CRATE_NAME") -> QueueTable:
+    """A LIST table's columns: events grouped by package (its key column, named for the
+    registry: CRATE_NAME, PROJECT_NAME …), leased."""
     return QueueTable(
         table,
         id="ID",
-        group="CRATE_NAME",
+        group=group,
         state="PROCESSED",
         reason="LAST_ERROR",
         updated="LAST_UPDATED",
@@ -49,14 +50,14 @@ def list_spec(table: str) -> QueueTable:
     )
 
 
-def seed_spec(table: str) -> QueueTable:
+def seed_spec(table: str, group: str = "CRATE_NAME") -> QueueTable:
     """A seed table's columns: one name per row, the LIST's codes, no leases (seeding is
     idempotent: two processes asking for one name register the same events). RESYNC asks
     the name's events to be registered for collecting again; it clears itself when seeded."""
     return QueueTable(
         table,
-        id="CRATE_NAME",
-        group="CRATE_NAME",
+        id=group,
+        group=group,
         state="STATE",
         reason="LAST_ERROR",
         updated="LAST_UPDATED",

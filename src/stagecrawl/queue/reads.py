@@ -167,8 +167,8 @@ class RegistryReads:
 def registry_reads(names: RegistryNames) -> RegistryReads:
     """A registry's LIST, seed queue, VERSION and PRODUCT, for their status reads."""
     return RegistryReads(
-        EventListReads(QueueReads(list_spec(names.list))),
-        QueueReads(seed_spec(names.seed)),
+        EventListReads(QueueReads(list_spec(names.list, names.group))),
+        QueueReads(seed_spec(names.seed, names.group)),
         TableReads(names.version),
         TableReads(names.product),
     )

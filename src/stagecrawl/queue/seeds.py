@@ -1,5 +1,6 @@
-"""Names onto a registry's seed table (CRATE_NAME the key, NAME as given, STATE, RESYNC,
-LAST_ERROR, NOT_BEFORE, LAST_UPDATED): new ones inserted pending, known ones made pending again.
+"""Names onto a registry's seed table (its key column — CRATE_NAME, PROJECT_NAME … —, NAME
+as given, STATE, RESYNC, LAST_ERROR, NOT_BEFORE, LAST_UPDATED): new ones inserted pending,
+known ones made pending again.
 
 Written `SEED_CHUNK` names at a time, all in the one transaction: the rows built for the
 executes (a dict per name) and the `IN` read of the known ones are bounded by the chunk, not
@@ -24,9 +25,17 @@ from stagecrawl.storage.db import Database
 SEED_CHUNK = 500
 
 
-def queue_seeds(db: Database, table: Table, unique: Mapping[str, str], resync: bool) -> None:
-    """`unique`: key -> the name as given, in input order. One transaction; redone once when
-    another process queued one of them between the read and the insert."""
+def queue_seeds(
+    db: Database,
+    table: Table,
+    unique: Mapping[str, str],
+    resync: bool,
+    group: str = "CRATE_NAME",
+    case_sensitive: bool = False,
+) -> None:
+    """`unique`: key -> the name as given, in input order; `group` the table's key column.
+    One transaction; redone once when another process queued one of them between the read
+    and the insert."""
     if not unique:
         return
     keys = list(unique)
@@ -35,7 +44,7 @@ def queue_seeds(db: Database, table: Table, unique: Mapping[str, str], resync: b
     def work(conn: Connection) -> None:
         for start in range(0, len(keys), SEED_CHUNK):
             chunk = keys[start : start + SEED_CHUNK]
-            _queue_chunk(conn, table, chunk, unique, resync, now)
+            _queue_chunk(conn, table, chunk, unique, resync, now, group, case_sensitive)
 
     try:
         db.transaction(work)
@@ -50,16 +59,18 @@ def _queue_chunk(
     unique: Mapping[str, str],
     resync: bool,
     now: datetime,
+    group: str,
+    case_sensitive: bool,
 ) -> None:
     # The keys are bound at execution (an expanding parameter), not in the statement: the
     # statement SQLAlchemy caches holds none of them.
-    known_query = select(table.c.CRATE_NAME).where(
-        table.c.CRATE_NAME.in_(bindparam("seed_keys", expanding=True))
-    )
-    known = {str(r[0]).lower() for r in conn.execute(known_query, {"seed_keys": list(keys)})}
+    key = table.c[group]
+    known_query = select(key).where(key.in_(bindparam("seed_keys", expanding=True)))
+    found = (str(r[0]) for r in conn.execute(known_query, {"seed_keys": list(keys)}))
+    known = set(found) if case_sensitive else {k.lower() for k in found}
     fresh = [
         {
-            "CRATE_NAME": k,
+            group: k,
             "NAME": unique[k],
             "STATE": PENDING,
             "RESYNC": resync,
@@ -74,7 +85,7 @@ def _queue_chunk(
     if again:
         conn.execute(
             update(table)
-            .where(table.c.CRATE_NAME == bindparam("b_key"))
+            .where(key == bindparam("b_key"))
             .values(
                 NAME=bindparam("NAME"),
                 STATE=PENDING,

@@ -84,6 +84,8 @@ class AuditReport:
     hits: list[Hit] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # inputs that could not be evaluated
     skipped: int = 0  # lock packages not from the registry (workspace, path, git, other)
+    # what the inputs name that is not the registry's (a git or path source): (what, why)
+    unaudited: list[tuple[str, str]] = field(default_factory=list)
     deny: frozenset[str] = frozenset()
     advisories_stored: int = 0
     advisories_modified: datetime | None = None  # the newest `modified` among them

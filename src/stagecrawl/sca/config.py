@@ -70,6 +70,7 @@ class GateConfig:
     clarify: tuple[PackageRule, ...] = ()
     files: tuple[str, ...] = ()  # the files read, in order
     notes: tuple[str, ...] = ()  # keys read but not applied, said once
+    strict: bool = False  # an input that could not be audited fails (pip-audit's --strict)
 
     def merged(self, other: GateConfig) -> GateConfig:
         """`other` over `self`: set values of `other` win; lists of ignores and rules add."""
@@ -88,6 +89,7 @@ class GateConfig:
             clarify=self.clarify + other.clarify,
             files=self.files + other.files,
             notes=self.notes + other.notes,
+            strict=self.strict or other.strict,
         )
 
 
@@ -458,16 +460,18 @@ def read_config(path: Path) -> GateConfig:
     return read_native(path)
 
 
-def discover(cwd: Path, explicit: Path | None) -> GateConfig:
+def discover(cwd: Path, explicit: Path | None, cargo: bool = True) -> GateConfig:
     """The config of a run: `--config FILE` alone when given; else stagecrawl.toml found upward
-    from `cwd`, or failing that the project's deny.toml and .cargo/audit.toml (in that
-    order, merged: what the cargo tools already read)."""
+    from `cwd`, or failing that (with `cargo`: a Rust project's audit) the project's deny.toml
+    and .cargo/audit.toml (in that order, merged: what the cargo tools already read)."""
     if explicit is not None:
         return read_config(explicit)
     native = find_native(cwd)
     if native is not None:
         return read_native(native)
     config = GateConfig()
+    if not cargo:
+        return config
     for folder in (cwd, *cwd.parents):
         deny, audit = folder / "deny.toml", folder / ".cargo" / "audit.toml"
         if deny.is_file() or audit.is_file():

@@ -77,3 +77,9 @@ def apply_gate(report: AuditReport, config: GateConfig, now: datetime) -> None:
                 f" {config.max_advisory_age.days} days: import it again"
             )
     report.notes += list(config.notes)
+    if config.strict and report.unaudited:
+        report.gate_failures.append(
+            f"{len(report.unaudited)} input(s) could not be audited (--strict):"
+            f" {'; '.join(what for what, _why in report.unaudited[:5])}"
+            + (" …" if len(report.unaudited) > 5 else "")
+        )

@@ -20,30 +20,19 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import unquote
 
 from sqlalchemy import (
-    BINARY,
-    BigInteger,
-    Boolean,
     Column,
-    DateTime,
     Engine,
-    Index,
-    Integer,
-    LargeBinary,
-    MetaData,
-    SmallInteger,
-    String,
     Table,
-    Text,
     bindparam,
     create_engine,
     event,
     inspect,
+    select,
     text,
 )
 from sqlalchemy.engine import URL, Connection, make_url
@@ -55,8 +44,16 @@ from stagecrawl.errors import DatabaseUnavailable, StorageError
 from stagecrawl.secrets import mask_url, redact
 from stagecrawl.settings import DEFAULTS
 from stagecrawl.storage import names
-from stagecrawl.storage.names import RegistryNames
 from stagecrawl.storage.reads import EngineReads, existing_database, file_uri, immutable
+from stagecrawl.storage.schema import (
+    Collations,
+    MigrationContext,
+    RegistrySchema,
+    RegistryTables,
+    build_metadata,
+)
+
+__all__ = ["Database", "RegistryTables", "dumps"]
 
 log = logging.getLogger("stagecrawl.storage")
 
@@ -65,29 +62,10 @@ DEFAULT_OUTAGE_SECONDS = DEFAULTS.outage_seconds
 # Execution option of a connection that only reads (Database.reading): on SQLite its
 # transactions begin deferred and never take the write lock.
 READING = "stagecrawl_reading"
-# Column types in generic terms, so that declaring the tables imports no dialect package
-# (SQLAlchemy's MySQL and PostgreSQL dialects cost a third of `stagecrawl status`'s start-up
-# on SQLite).
-
-
-class _LongText(UserDefinedType[str]):
-    """MySQL's and MariaDB's LONGTEXT, named without importing their dialect package."""
-
-    cache_ok = True
-
-    def get_col_spec(self, **_kw: Any) -> str:
-        return "LONGTEXT"
-
-
-JsonText = Text().with_variant(_LongText(), "mysql", "mariadb")
-BigCount = Integer().with_variant(BigInteger(), "mysql", "mariadb", "postgresql")
-EventId = LargeBinary(32).with_variant(BINARY(32), "mysql", "mariadb")
 MYSQL_CI_PREFERENCE = ("utf8mb4_0900_ai_ci", "utf8mb4_uca1400_ai_ci", "utf8mb4_unicode_520_ci")
+MYSQL_CS_COLLATION = "utf8mb4_bin"  # case-sensitive identity (Go modules): as_cs compares bytes
 PG_CI_COLLATION = "stagecrawl_ci"
-# Tables whose whole content is re-derived by one command (`info={"derived": …}` names it):
-# when an older version created them with another shape, they are dropped and created again,
-# all tables of the same source together (see Database.upgrade).
-DERIVED_FROM_OSV = {"derived": "OSV advisories (`stagecrawl crates vulns` refills them)"}
+SCHEMA_CORE = "core"  # the schema part of the shared tables (a registry's part is its code)
 
 
 # One encoder for every JSON column value: json.dumps with options builds a new JSONEncoder
@@ -105,287 +83,6 @@ def dumps(value: Any) -> str | None:
 
 
 _EMPTY: dict[type, str] = {list: "[]", dict: "{}", tuple: "[]"}
-
-
-@dataclass(frozen=True)
-class RegistryTables:
-    """One registry's tables in the organisation's format (docs/schema.md): the LIST (event
-    grain, the durable queue), VERSION, PRODUCT, and the seed queue."""
-
-    code: str  # RUST, PYPI …
-    list: Table
-    version: Table
-    product: Table
-    seed: Table
-
-
-def registry_tables(
-    metadata: MetaData,
-    names: RegistryNames,
-    ci: str | None,
-    mysql_kw: dict[str, Any],
-    version_extra: Sequence[Column[Any]] = (),
-    product_extra: Sequence[Column[Any]] = (),
-    dependencies_nullable: bool = False,
-    dialect: str | None = None,
-) -> RegistryTables:
-    """Declare a registry's LIST, VERSION, PRODUCT and seed tables (`names`, storage/names.py)
-    on `metadata`: the same column set for every registry, with the registry's
-    own facts in added nullable columns (`version_extra`, `product_extra`).
-    `dependencies_nullable`: DEPENDENCIES may be NULL, "unknown" (PyPI: no metadata).
-    `dialect`: the database's, for its own index options only (None: every dialect's)."""
-
-    def ident(length: int) -> String:
-        return String(length, collation=ci)
-
-    code = names.code
-    events = Table(
-        names.list,
-        metadata,
-        Column("ID", EventId, primary_key=True),
-        Column("CRATE_NAME", ident(64), nullable=False),
-        Column("NAME", ident(64), nullable=False),
-        Column("VERSION", ident(100), nullable=False),
-        Column("SOURCE", String(32), nullable=False),
-        Column("RESOLVE_KIND", String(32)),
-        Column("REF_TAGS", JsonText, nullable=False),
-        Column("YANKED", Boolean, nullable=False, default=False),
-        Column("PROCESSED", SmallInteger, nullable=False, default=0),
-        Column("RESYNC", Boolean, nullable=False, default=False),
-        Column("LAST_ERROR", Text),
-        Column("CLAIMED_BY", String(128)),
-        Column("CLAIMED_UNTIL", DateTime),
-        # added by stagecrawl (nullable): when the lease was taken; when an event that could
-        # not be attempted (a host's pause, our budget) may go again
-        Column("CLAIMED_AT", DateTime),
-        Column("NOT_BEFORE", DateTime),
-        Column("TIMESTAMP", DateTime, nullable=False),
-        Column("LAST_UPDATED", DateTime, nullable=False),
-        Index(f"IX_{code}_LIST_CRATE_NAME", "CRATE_NAME"),
-        Index(f"IX_{code}_LIST_PROCESSED", "PROCESSED"),
-        # The claim indexes (stagecrawl's, queue.QueueTable.indexed_claims): a claim reads
-        # each pending or failing PROCESSED, and the RESYNC rows, in CRATE_NAME order from
-        # these, so its cost does not grow with the processed events. RESYNC is rare: the
-        # index holds only those rows where the database has partial indexes.
-        Index(f"IX_{code}_LIST_PROCESSED_CRATE", "PROCESSED", "CRATE_NAME"),
-        Index(
-            f"IX_{code}_LIST_RESYNC_CRATE",
-            "RESYNC",
-            "CRATE_NAME",
-            **_partial(
-                dialect, postgresql_where=text('"RESYNC"'), sqlite_where=text('"RESYNC" = 1')
-            ),
-        ),
-        Index(f"IX_{code}_LIST_TIMESTAMP", "TIMESTAMP"),
-        Index(f"IX_{code}_LIST_LAST_UPDATED", "LAST_UPDATED"),
-        **mysql_kw,
-    )
-    version = Table(
-        names.version,
-        metadata,
-        Column("LANGUAGE", String(16), primary_key=True),
-        Column("REPOSITORY", String(16), primary_key=True),
-        Column("PRODUCT_KEY", ident(64), primary_key=True),
-        Column("VERSION", ident(100), primary_key=True),
-        Column("NAME", ident(64), nullable=False),
-        Column("DESCRIPTION", Text),
-        Column("LICENSE", Text),
-        Column("STANDARD_LICENSE", JsonText),
-        Column("LICENSE_IDS", JsonText),
-        Column("LICENSE_EXPRESSION", Text),
-        Column("LICENSE_AI", JsonText),
-        Column("DEPENDENCIES", JsonText, nullable=dependencies_nullable),
-        Column("FEATURES", JsonText, nullable=False),
-        Column("CHECKSUM", String(64)),
-        Column("YANKED", Boolean, nullable=False),
-        Column("RUST_VERSION", String(32)),
-        Column("LINKS", String(128)),
-        Column("URL", String(255)),
-        Column("SCM", JsonText),
-        Column("DOWNLOADS", BigCount),
-        Column("RELEASE_DATE", DateTime),
-        Column("PROCESSED", SmallInteger, nullable=False, default=1),
-        Column("LAST_UPDATED", DateTime, nullable=False),
-        *version_extra,
-        Index(f"IX_VERSION_{code}_LAST_UPDATED", "LAST_UPDATED"),
-        **mysql_kw,
-    )
-    product = Table(
-        names.product,
-        metadata,
-        Column("LANGUAGE", String(16), primary_key=True),
-        Column("REPOSITORY", String(16), primary_key=True),
-        Column("PRODUCT_KEY", ident(64), primary_key=True),
-        Column("NAME", ident(64), nullable=False),
-        Column("DESCRIPTION", Text),
-        Column("LATEST_VERSION", String(100)),
-        Column("COMP_STATUS", String(16), nullable=False),
-        Column("URL", String(255)),
-        Column("SCM", JsonText),
-        Column("KEYWORDS", JsonText),
-        Column("CATEGORIES", JsonText),
-        Column("DOWNLOADS", BigCount),
-        Column("VERSION_COUNT", Integer, nullable=False),
-        Column("LAST_UPDATED", DateTime, nullable=False),
-        *product_extra,
-        **mysql_kw,
-    )
-    seed = Table(
-        names.seed,
-        metadata,
-        Column("CRATE_NAME", ident(64), primary_key=True),
-        Column("NAME", ident(64), nullable=False),
-        Column("STATE", SmallInteger, nullable=False, default=0),
-        Column("RESYNC", Boolean, nullable=False, default=False),
-        Column("VERSIONS", Integer),
-        Column("LAST_ERROR", Text),
-        Column("NOT_BEFORE", DateTime),  # not attempted (a host's pause): not before then
-        Column("LAST_UPDATED", DateTime, nullable=False),
-        **mysql_kw,
-    )
-    return RegistryTables(code, events, version, product, seed)
-
-
-def vuln_tables(metadata: MetaData, code: str, ci: str | None, mysql_kw: dict[str, Any]) -> None:
-    """Declare `TB_COMP_LIB_VULN_<code>_V1` (CVE-keyed rows of the packages in scope), `_RAW`
-    (every advisory for every package it names) and `_HIT` (collected versions each advisory
-    hits) on `metadata`: one schema for every registry (CARGO, PYPI)."""
-
-    def ident(length: int) -> String:
-        return String(length, collation=ci)
-
-    Table(
-        f"TB_COMP_LIB_VULN_{code}_V1",
-        metadata,
-        Column("PRODUCT_KEY", ident(64), primary_key=True),
-        Column("VULN_ID", String(64), primary_key=True),
-        Column("OSV_ID", String(64), primary_key=True),
-        Column("VULN_RANGE", Text, nullable=False),
-        Column("MAPPED_TYPE", String(8), nullable=False),
-        Column("MODIFIED", DateTime),
-        Column("LAST_UPDATED", DateTime, nullable=False),
-        info=DERIVED_FROM_OSV,
-        **mysql_kw,
-    )
-    Table(
-        f"TB_COMP_LIB_VULN_{code}_RAW",
-        metadata,
-        Column("OSV_ID", String(64), primary_key=True),
-        Column("PRODUCT_KEY", ident(64), primary_key=True),
-        Column("VULN_ID", String(64), nullable=False),
-        Column("ALIASES", JsonText, nullable=False),
-        Column("SUMMARY", Text),
-        Column("SEVERITY", JsonText),
-        Column("PUBLISHED", DateTime),
-        Column("MODIFIED", DateTime),
-        Column("WITHDRAWN", DateTime),
-        Column("INFORMATIONAL", String(32)),
-        Column("VULN_RANGE", Text, nullable=False),
-        Column("MAPPED_TYPE", String(8), nullable=False),
-        Column("OSV_JSON", JsonText, nullable=False),
-        Column("LAST_UPDATED", DateTime, nullable=False),
-        info=DERIVED_FROM_OSV,
-        **mysql_kw,
-    )
-    Table(
-        f"TB_COMP_LIB_VULN_{code}_HIT",
-        metadata,
-        Column("PRODUCT_KEY", ident(64), primary_key=True),
-        Column("VERSION", ident(100), primary_key=True),
-        Column("OSV_ID", String(64), primary_key=True),
-        Column("VULN_ID", String(64), nullable=False),
-        Column("LAST_UPDATED", DateTime, nullable=False),
-        info=DERIVED_FROM_OSV,
-        **mysql_kw,
-    )
-
-
-def _partial(dialect: str | None, **where: Any) -> dict[str, Any]:
-    """A partial index's predicate for the database's dialect only: a `<dialect>_where` makes
-    SQLAlchemy import that dialect's package, so PostgreSQL's, given on SQLite, doubled the
-    time every command took to open a database (bench/startup.py). None: every dialect's."""
-    return {k: v for k, v in where.items() if dialect is None or k == f"{dialect}_where"}
-
-
-def build_metadata(
-    ci: str | None, mysql_kw: dict[str, Any], dialect: str | None = None
-) -> MetaData:
-    """Every table stagecrawl declares; `dialect` (the database's) keeps other dialects'
-    index options out (None: all of them)."""
-    metadata = MetaData()
-
-    def ident(length: int) -> String:
-        return String(length, collation=ci)
-
-    # Each registry's tables (a new registry adds its line here; its extra columns are its own)
-    metadata.info["registries"] = {
-        "RUST": registry_tables(metadata, names.RUST, ci, mysql_kw, dialect=dialect),
-        "PYPI": registry_tables(
-            metadata,
-            names.PYPI,
-            ci,
-            mysql_kw,
-            version_extra=[  # PyPI's own facts (docs/pypi.md)
-                Column("YANKED_REASON", Text),
-                Column("REQUIRES_PYTHON", String(255)),
-                Column("EXTRAS", JsonText),  # Provides-Extra; NULL: unknown
-                Column("FILES", JsonText),  # filename, hashes, size, upload_time, yanked …
-                Column("DEPENDENCY_SOURCE", String(16)),  # metadata | json-api | NULL
-                Column("LICENSE_SOURCE", String(32)),
-                Column("VERSION_VALID", Boolean),  # PEP 440
-            ],
-            product_extra=[
-                Column("PROJECT_STATUS", String(16)),  # PEP 792
-                Column("LAST_SERIAL", BigCount),
-                Column("ETAG", String(255)),
-                Column("INVALID_VERSIONS", JsonText),
-            ],
-            dependencies_nullable=True,  # NULL: unknown (never "none", which is [])
-            dialect=dialect,
-        ),
-    }
-    Table(
-        "TB_LICENSE_V2",
-        metadata,
-        Column("ID", Integer, primary_key=True, autoincrement=False),
-        Column("NAME_SHORT", String(128), nullable=False),
-        Column("NAME", String(255)),
-        Column("MAPPING", JsonText),
-        Column("URL", String(255)),
-        **mysql_kw,
-    )
-    # Each registry's advisory tables, one schema (the organisation's VULN_<X>_V1 format)
-    for code in ("CARGO", "PYPI"):
-        vuln_tables(metadata, code, ci, mysql_kw)
-    Table(
-        "TB_COMP_LIB_RUST_INDEX_STATE",
-        metadata,
-        Column("PRODUCT_KEY", ident(64), primary_key=True),
-        Column("NAME", ident(64), nullable=False),
-        Column("ETAG", String(255)),
-        Column("LAST_MODIFIED", String(64)),
-        Column("CONTENT_SHA256", String(64), nullable=False),
-        Column("CHECKED_AT", DateTime, nullable=False),
-        **mysql_kw,
-    )
-    Table(
-        names.WORKER,
-        metadata,
-        Column("WORKER_ID", String(128), primary_key=True),
-        Column("HOST", String(255), nullable=False),
-        Column("PID", Integer, nullable=False),
-        Column("STARTED", DateTime, nullable=False),
-        Column("HEARTBEAT", DateTime, nullable=False),
-        Column("EVENTS_DONE", Integer, nullable=False, default=0),
-        Column("CRATES_DONE", Integer, nullable=False, default=0),
-        Column("REQUESTS", Integer, nullable=False, default=0),
-        Column("SHARED_LIMIT", Boolean, nullable=False, default=False),
-        # seconds after its last heartbeat that this worker counts as dead (a few of its
-        # heartbeat intervals): any live worker then takes its leases back
-        Column("STALE_AFTER", Integer),
-        **mysql_kw,
-    )
-    return metadata
 
 
 # SQLite databases this process writes, merged into their file when the process exits.
@@ -485,54 +182,79 @@ class Database:
         )
         # Options a table declared elsewhere takes to match these (charset, collation, engine).
         self.table_options = mysql_kw
-        self.metadata = build_metadata(ci, mysql_kw, self.dialect)
+        cs = MYSQL_CS_COLLATION if self.dialect in ("mysql", "mariadb") else None
+        self.collations = Collations(ci, cs, mysql_kw, self.dialect)
+        # Every registry declared in this process (storage/schema.py `register`), and the
+        # shared tables; a registry reaches its own through `registry(code)`.
+        self.metadata = build_metadata(self.collations)
         self.registries: dict[str, RegistryTables] = self.metadata.info["registries"]
-        rust = self.registries["RUST"]
-        self.list, self.version, self.product = rust.list, rust.version, rust.product
-        self.license = self.metadata.tables["TB_LICENSE_V2"]
-        self.vuln_v1 = self.metadata.tables["TB_COMP_LIB_VULN_CARGO_V1"]
-        self.vuln_raw = self.metadata.tables["TB_COMP_LIB_VULN_CARGO_RAW"]
-        self.vuln_hit = self.metadata.tables["TB_COMP_LIB_VULN_CARGO_HIT"]
+        self.schemas: dict[str, RegistrySchema] = self.metadata.info["schemas"]
+        self.license = self.metadata.tables[names.LICENSE]
         self.worker = self.metadata.tables[names.WORKER]
-        self.seed = rust.seed
-        self.index_state = self.metadata.tables["TB_COMP_LIB_RUST_INDEX_STATE"]
+        self.schema_table = self.metadata.tables[names.SCHEMA]
         if read_only:
             self._require_tables()
         elif create:
             self.create_all()
 
     def registry(self, code: str) -> RegistryTables:
-        """The tables of one registry (RUST, PYPI …)."""
-        return self.registries[code]
+        """The tables of one registry (RUST, PYPI …), as it declared them."""
+        try:
+            return self.registries[code]
+        except KeyError:
+            raise StorageError(f"no registry {code} is declared in this process") from None
 
     def _require_tables(self) -> None:
         try:
             with self.engine.connect() as conn:
-                present = set(inspect(conn).get_table_names())
+                present = {t.lower() for t in inspect(conn).get_table_names()}
         except SQLAlchemyError as exc:
             hint = _read_only_hint(self.sqlite_path) if self.is_sqlite else ""
             raise StorageError(f"cannot read {self.safe_url}: {_first_line(exc)}{hint}") from None
-        if self.list.name not in present and self.list.name.lower() not in present:
+        if not any(t.list.name.lower() in present for t in self.registries.values()):
             raise StorageError(f"no stagecrawl tables in {self.safe_url}: nothing collected yet")
-        # A reader cannot upgrade (`upgrade` alters tables): a table made by an older
-        # stagecrawl is named, with what brings it up to date, rather than failing later on
-        # the first query that reads a column it lacks.
+        # A reader cannot upgrade (migrations alter tables): a database an older stagecrawl
+        # made is named, with the command that brings it up to date, rather than failing
+        # later on the first query that reads a column it lacks.
         try:
             with self.engine.connect() as conn:
+                behind = self._parts_behind(conn, present)
                 live = inspect(conn)
                 for table in self.metadata.sorted_tables:
-                    if table.name not in present:
+                    if behind or table.name.lower() not in present:
                         continue
                     have = {c["name"] for c in live.get_columns(table.name)}
                     lacking = [c.name for c in table.columns if c.name not in have]
                     if lacking:
-                        raise StorageError(
-                            f"{table.name} in {self.safe_url} was made by an older stagecrawl"
-                            f" (no {', '.join(lacking)}): the next writing command (seed,"
-                            " collect, crawl …) upgrades it in place"
-                        )
+                        behind.append(f"{table.name} (no {', '.join(lacking)})")
         except SQLAlchemyError as exc:
             raise StorageError(f"cannot read {self.safe_url}: {_first_line(exc)}") from None
+        if behind:
+            raise StorageError(
+                f"{self.safe_url} was made by an older stagecrawl ({'; '.join(behind)}):"
+                f" `stagecrawl upgrade --db URL` upgrades it in place (so does the next"
+                " writing command: seed, collect, crawl …)"
+            )
+
+    def _parts_behind(self, conn: Connection, present: set[str]) -> list[str]:
+        """The registries whose tables exist at an older schema version than this
+        stagecrawl's ("PYPI schema 0, now 1")."""
+        stored = self._stored_versions(conn, present)
+        behind = []
+        for code, schema in self.schemas.items():
+            tables = self.registries[code]
+            if tables.list.name.lower() not in present:
+                continue  # not made yet: made whole at this version by a writer
+            have = stored.get(code, 0)
+            if have < schema.version:
+                behind.append(f"{code} schema {have}, now {schema.version}")
+        return behind
+
+    def _stored_versions(self, conn: Connection, present: set[str]) -> dict[str, int]:
+        if names.SCHEMA.lower() not in present:
+            return {}
+        t = self.schema_table
+        return {str(p): int(v) for p, v in conn.execute(select(t.c.PART, t.c.VERSION))}
 
     @property
     def is_sqlite(self) -> bool:
@@ -544,13 +266,58 @@ class Database:
 
     def create_all(self) -> None:
         def create() -> None:
+            self.migrate()
             self.upgrade()
             self.metadata.create_all(self.engine)
+            self._record_versions()
 
         try:
-            self._through_outages(create)  # both are idempotent: redone after a lost connection
+            self._through_outages(create)  # all idempotent: redone after a lost connection
         except SQLAlchemyError as exc:
             raise StorageError(f"cannot create tables in {self.safe_url}: {exc}") from None
+
+    def migrate(self) -> list[str]:
+        """Run the migrations of every registry whose tables exist at an older schema
+        version (a database an older stagecrawl made: none of the registry's tables know a
+        version, so it is 0), each step once and in order, and record the version reached.
+        Returns what was done, one line a step (also logged as a warning: a user sees once
+        that the database changed). Each step is idempotent, so two processes starting at
+        once, or a step cut short by a kill, end in the same shape."""
+        done: list[str] = []
+        with self.engine.connect() as conn:
+            present = {t.lower() for t in inspect(conn).get_table_names()}
+            stored = self._stored_versions(conn, present)
+        for code, schema in self.schemas.items():
+            if self.registries[code].list.name.lower() not in present:
+                continue  # made whole at this version by create_all
+            have = stored.get(code, 0)
+            if have < schema.version:
+                self.schema_table.create(self.engine, checkfirst=True)
+            for step in sorted(schema.migrations, key=lambda m: m.version):
+                if step.version <= have:
+                    continue
+                with self.engine.begin() as conn:
+                    step.apply(MigrationContext(conn, self.dialect, self.metadata))
+                line = f"upgraded {code} tables to schema {step.version}: {step.what}"
+                log.warning("%s (%s)", line, self.safe_url)
+                done.append(line)
+                self._record(code, step.version)
+        return done
+
+    def _record_versions(self) -> None:
+        """Every registry's tables exist now at this stagecrawl's version."""
+        with self.engine.connect() as conn:
+            stored = self._stored_versions(conn, {names.SCHEMA.lower()})
+        for code, schema in self.schemas.items():
+            if stored.get(code) != schema.version:
+                self._record(code, schema.version)
+
+    def _record(self, part: str, version: int) -> None:
+        from stagecrawl.storage.bulk import upsert
+
+        row = {"PART": part, "VERSION": version, "LAST_UPDATED": _utcnow()}
+        with self.engine.begin() as conn:
+            upsert(conn, self.schema_table, [row])
 
     def upgrade(self) -> None:
         """Bring tables made by an older stagecrawl to the current shape (`create_all` never
@@ -820,6 +587,12 @@ def _check_sqlite_folder(database: str | None) -> None:
         probe.unlink()
     except OSError as exc:
         raise StorageError(f"cannot create the database in {folder}: {exc.strerror}") from None
+
+
+def _utcnow() -> Any:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC).replace(tzinfo=None, microsecond=0)
 
 
 def _first_line(exc: BaseException) -> str:

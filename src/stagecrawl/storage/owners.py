@@ -79,12 +79,16 @@ def latest_version(versions: Iterable[tuple[str, bool]], order: VersionOrder) ->
 class _Owner(TableReads):
     """A registry's rows of one table (its status read, `count`, is TableReads')."""
 
-    def __init__(self, db: Database, table: Table, language: str, repository: str) -> None:
+    def __init__(
+        self, db: Database, tables: RegistryTables, table: Table, language: str, repository: str
+    ) -> None:
         super().__init__(table.name)
         self.db = db
         self.table = table
         self.language = language
         self.repository = repository
+        # A stored key as the registry compares names: lower case unless case-sensitive (Go)
+        self.fold = tables.names.fold
 
     def _mine(self, table: Table) -> ColumnElement[bool]:
         """This registry's rows (LANGUAGE, REPOSITORY)."""
@@ -98,7 +102,7 @@ class VersionTable(_Owner):
     """TB_COMP_LIB_VERSION_<X>: one row per (package, version)."""
 
     def __init__(self, db: Database, tables: RegistryTables, language: str, repository: str):
-        super().__init__(db, tables.version, language, repository)
+        super().__init__(db, tables, tables.version, language, repository)
 
     def upsert(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
         """Insert or update whole rows (dicts with the same keys), in the caller's
@@ -120,7 +124,7 @@ class VersionTable(_Owner):
         )
         # db.read: redone whole after a lost connection, within the outage bound
         for key, version in self.db.read(lambda conn: conn.execute(query).all()):
-            found.setdefault(str(key).lower(), set()).add(version)
+            found.setdefault(self.fold(str(key)), set()).add(version)
         return found
 
     def flip_yanked(
@@ -158,7 +162,7 @@ class VersionTable(_Owner):
         found: dict[str, list[str]] = {}
         rows = conn.execute(select(table.c.PRODUCT_KEY, table.c.VERSION).where(self._mine(table)))
         for key, version in rows:
-            found.setdefault(str(key).lower(), []).append(str(version))
+            found.setdefault(self.fold(str(key)), []).append(str(version))
         return found
 
     def licenses(
@@ -185,14 +189,14 @@ class VersionTable(_Owner):
             for key, name, version, expression, text in conn.execution_options(
                 yield_per=5000
             ).execute(chosen):
-                yield str(key).lower(), str(name), str(version), expression, text
+                yield self.fold(str(key)), str(name), str(version), expression, text
 
     def versions_of(self, conn: Connection, product_key: str) -> list[tuple[str, str]]:
         """(NAME, VERSION) of one package's stored versions."""
         table = self.table
         rows = conn.execute(
             select(table.c.NAME, table.c.VERSION).where(
-                self._mine(table), table.c.PRODUCT_KEY == literal(product_key.lower())
+                self._mine(table), table.c.PRODUCT_KEY == literal(self.fold(product_key))
             )
         )
         return [(str(n), str(v)) for n, v in rows]
@@ -210,7 +214,7 @@ class ProductTable(_Owner):
         repository: str,
         order: VersionOrder,
     ) -> None:
-        super().__init__(db, tables.product, language, repository)
+        super().__init__(db, tables, tables.product, language, repository)
         self.order = order
 
     def latest(self, versions: Iterable[tuple[str, bool]] = ()) -> LatestVersion:
@@ -251,10 +255,10 @@ class ProductTable(_Owner):
         """One column of every stored package, by key (PyPI's ETAG for a refresh)."""
         table = self.table
         rows = conn.execute(select(table.c.PRODUCT_KEY, table.c[name]).where(self._mine(table)))
-        return {str(key).lower(): value for key, value in rows}
+        return {self.fold(str(key)): value for key, value in rows}
 
     def keys(self, conn: Connection) -> set[str]:
         """Every stored package key."""
         table = self.table
         rows = conn.execute(select(table.c.PRODUCT_KEY).where(self._mine(table)))
-        return {str(key).lower() for (key,) in rows}
+        return {self.fold(str(key)) for (key,) in rows}

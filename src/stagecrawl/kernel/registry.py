@@ -1,0 +1,307 @@
+"""The registry plug-in contract: what a registry declares and the little it does itself.
+
+A registry is one object (`Registry`): its declaration (names, words, settings section),
+its identity rules and version order, its lanes and client, its tables (`schema`), its OSV
+ecosystem, and its per-unit work —
+
+- `seed_one(client, name)` → a `Listing`: every version the authoritative source lists;
+- `collect_one(client, name, versions, context)` → a `Collected`: the rows of one unit
+  (a crate, a project) and what the source lists;
+- `refresh_one(client, target)` → a `Listing`, or None when nothing changed (a 304);
+- its lock-file readers (`read_lock`, `locks_at_tag`) and pin parser (`parse_pin`).
+
+Each raises what the fetcher raises (NotFound, RateLimited, FetchError) or a ValueError
+for an unreadable answer; the kernel turns every one into the same outcome for every
+registry (not found, waiting for a pause off the ladder, one rung up the ladder with the
+reason). Everything else — seeding with backpressure and the SQLite hand-over, collecting
+with leases, heartbeats, group commit and the outage watch, crawl, refresh on the work
+loop, lock registration, advisories, audit, license policy, status, reports — is the
+kernel's (stagecrawl.kernel), written once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from collections import Counter
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from stagecrawl.errors import InputError
+from stagecrawl.kernel.declaration import RegistryDecl
+from stagecrawl.sca.spdx import SPDX_READER, LicenseReader
+from stagecrawl.settings import Section, Settings
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+    from stagecrawl.engine.fetcher import Fetcher
+    from stagecrawl.engine.git import GitRepo
+    from stagecrawl.engine.ratelimit import Lanes
+    from stagecrawl.engine.shutdown import GracefulStop
+    from stagecrawl.queue.events import EventList
+    from stagecrawl.queue.sql import SqlQueue
+    from stagecrawl.sca.ai import AiLicenseClient
+    from stagecrawl.sca.audit import DependencyGraph, Package
+    from stagecrawl.sca.ecosystem import Ecosystem, VulnTables
+    from stagecrawl.sca.matcher import LicenseMatcher
+    from stagecrawl.storage.db import Database
+    from stagecrawl.storage.owners import ProductTable, VersionOrder, VersionTable
+    from stagecrawl.storage.schema import RegistrySchema, RegistryTables
+
+C = TypeVar("C")  # the registry's client
+
+
+class SourceFailed(Exception):
+    """One of a unit's requests failed: `source` names which of the registry's sources
+    ("index", "api") for the stored reason, `cause` is what the fetcher or a parser raised
+    (a RateLimited cause still means "not attempted", a NotFound of the index "not found")."""
+
+    def __init__(self, source: str, cause: Exception) -> None:
+        super().__init__(f"{source}: {cause}")
+        self.source = source
+        self.cause = cause
+
+
+@dataclass
+class Listing:
+    """What the authoritative source lists for one name: its real spelling, every version
+    (with its yanked flag) in the source's order, and what could not be read but did not
+    stop the rest (unreadable lines, invalid versions: kept and reported)."""
+
+    name: str
+    versions: dict[str, bool]
+    problems: list[str] = field(default_factory=list)
+    # the registry's own facts to keep with a refresh (PRODUCT's ETAG, an index state row)
+    state: Any = None
+
+
+@dataclass
+class CollectContext:
+    """What the kernel gives a unit's collection besides the client."""
+
+    now: datetime
+    licenses: LicenseMatcher | None = None
+    ai: AiLicenseClient | None = None
+
+
+@dataclass
+class Collected:
+    """What collecting one unit produced: every version the source lists (by the
+    registry's version key, with its yanked flag), the registry's rows for its writer
+    (opaque to the kernel), the versions asked for that may sit on an unreadable part of the
+    source (not found would be a guess: they climb the ladder with the reason), problems to
+    report, and counts of the registry's own (`unknown_dependencies`)."""
+
+    listed: Mapping[Hashable, bool]
+    rows: Any
+    unreadable: dict[str, str] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    counts: Counter[str] = field(default_factory=Counter)
+    yanked_rows: int = 0
+
+
+@dataclass(frozen=True)
+class RefreshTarget:
+    """A stored package a refresh asks about again, with what it stored last time (an
+    ETag, a content hash): the registry's own, opaque to the kernel."""
+
+    name: str
+    key: str
+    stored: Any = None
+
+
+@dataclass
+class LockInput:
+    """One lock file read: where it is, its kind, its pins (name, version, line), and what
+    it names that is not a registry pin (a git or path source, an unpinned line), with why."""
+
+    where: str
+    kind: str
+    pins: list[tuple[str, str, int | None]] = field(default_factory=list)
+    unaudited: list[tuple[str, str]] = field(default_factory=list)  # (what, why)
+    unpinned: list[str] = field(default_factory=list)
+    rejected: dict[str, str] = field(default_factory=dict)  # "name version" -> why
+    graph: DependencyGraph | None = None
+
+
+class Registry(ABC, Generic[C]):
+    """A registry plug-in (see the module's docstring). Subclasses set the class attributes
+    and implement the abstract methods; the rest has defaults every registry shares."""
+
+    decl: RegistryDecl
+    language: str  # VERSION/PRODUCT LANGUAGE: "rust", "python"
+    repository: str  # VERSION/PRODUCT REPOSITORY: "Cargo", "PyPI"
+    order: VersionOrder
+    ecosystem: Ecosystem
+    schema: RegistrySchema
+    # Lanes whose requests a unit's collection makes, for its progress fields
+    lanes_shown: tuple[str, ...] = ()
+    # Licenses: how the registry's license strings are read (its loose names), for the
+    # matcher and for the policy's verdict (None: the matcher's reader, deprecated ids kept)
+    license_reader: LicenseReader = SPDX_READER
+    policy_reader: LicenseReader | None = None
+    # A version requirement of a license exception (`NAME@REQ=LICENSE`, the config's
+    # `version`) in the registry's syntax; None: an exact version
+    version_matcher: Callable[[str], Callable[[str], bool]] | None = None
+    # A Rust audit also reads the cargo tools' deny.toml and .cargo/audit.toml
+    reads_cargo_configs = False
+
+    # -- identity ---------------------------------------------------------------------------
+
+    @property
+    def code(self) -> str:
+        return self.decl.code
+
+    @abstractmethod
+    def validate_name(self, name: str) -> str:
+        """The name if the registry could have published it, else InputError (before any
+        URL is built from it)."""
+
+    @abstractmethod
+    def identity(self, name: str) -> str:
+        """The key names are deduplicated and grouped by (the LIST's key column)."""
+
+    def product_key(self, name: str) -> str:
+        """VERSION's and PRODUCT's PRODUCT_KEY of a real name."""
+        return self.decl.names.fold(name)
+
+    def event_id(self, name: str, version: str) -> bytes:
+        """The LIST primary key: sha256 of `identity@version`, 32 raw bytes."""
+        return hashlib.sha256(f"{self.identity(name)}@{version}".encode()).digest()
+
+    def version_key(self, version: str) -> Hashable:
+        """Versions that are one under the registry's rules compare equal by this key (PEP
+        440's `3.13.0` and `3.13`); the plain string by default."""
+        return version
+
+    def check_version(self, name: str, version: str) -> str:
+        """A version from an input (a lock file, a pin) that may enter the queue, else
+        InputError with the reason. Its bound is the table's (one declaration)."""
+        bound = self.decl.names.bounds.version
+        if not version or len(version) > bound:
+            shown = version if len(version) <= 80 else version[:80] + "…"
+            raise InputError(
+                f"invalid version {shown!r} of {self.decl.words.unit} {name!r}:"
+                f" {'empty' if not version else f'longer than {bound} characters'}"
+            )
+        return version
+
+    # -- sources ----------------------------------------------------------------------------
+
+    def section(self, s: Settings) -> Section:
+        return s.section(self.decl.section)
+
+    @abstractmethod
+    def lanes(self, s: Settings) -> Lanes:
+        """The registry's lanes (one per endpoint) from its settings section."""
+
+    def check_settings(self, s: Settings) -> None:
+        """What the settings table cannot check alone (a contact a registry requires)."""
+
+    @abstractmethod
+    def client(self, fetcher: Fetcher, s: Settings) -> C:
+        """The registry's client on the run's fetcher."""
+
+    @abstractmethod
+    async def seed_one(self, client: C, name: str) -> Listing:
+        """Every version the authoritative source lists for `name`."""
+
+    @abstractmethod
+    async def collect_one(
+        self, client: C, name: str, versions: Sequence[str], context: CollectContext
+    ) -> Collected:
+        """Collect the asked `versions` of one unit (`name` as registered)."""
+
+    @abstractmethod
+    def write(self, conn: Connection, db: Database, rows: Sequence[Any]) -> None:
+        """The rows of `Collected.rows` of a batch of units, in the finishing transaction,
+        through the registry's table owners."""
+
+    def requests(self, client: C) -> dict[str, int]:
+        """Requests so far, per lane (the progress fields)."""
+        fetcher: Fetcher = getattr(client, "fetcher")  # noqa: B009 -- every client has one
+        return dict(fetcher.stats.requests)
+
+    # -- refresh ----------------------------------------------------------------------------
+
+    @abstractmethod
+    def refresh_targets(self, db: Database, names: Sequence[str]) -> list[RefreshTarget]:
+        """The stored packages a refresh asks about (all, or those of `names`)."""
+
+    @abstractmethod
+    async def refresh_one(self, client: C, target: RefreshTarget) -> Listing | str | None:
+        """The package's listing if it changed since `target.stored`; else None (a 304) or
+        how the registry knew it is unchanged ("same_content")."""
+
+    def refresh_extra(self, listing: Listing) -> dict[str, Any]:
+        """PRODUCT columns of the registry's own that a changed listing sets (PyPI's ETAG)."""
+        return {}
+
+    def save_refresh_state(self, conn: Connection, db: Database, listing: Listing) -> None:
+        """Keep what the next refresh compares with (in the transaction that applies the
+        change: recorded only with the work it implies)."""
+
+    # -- locks and pins ---------------------------------------------------------------------
+
+    @abstractmethod
+    def read_lock(self, path: Path, text: str) -> LockInput:
+        """One lock file of the registry's (InputError when it is not readable as one)."""
+
+    @abstractmethod
+    async def locks_at_tag(
+        self, repo: GitRepo, tag: str, s: Settings, stop: GracefulStop | None
+    ) -> list[LockInput]:
+        """The lock files of a repository at one tag (a resolver may run, as cargo does)."""
+
+    @abstractmethod
+    def parse_pin(self, text: str) -> tuple[str, str | None]:
+        """A pin from the command line: (name, version), or (name, None) for every
+        collected version of it. InputError when it is not one."""
+
+    # -- tables (one way to reach each: the registry's owners) ------------------------------
+
+    def tables(self, db: Database) -> RegistryTables:
+        return db.registry(self.code)
+
+    def event_list(self, db: Database) -> EventList:
+        from stagecrawl.queue.events import EventList
+
+        names = self.decl.names
+        return EventList(db, self.tables(db).list, self.identity, self.event_id, names.group)
+
+    def seed_queue(self, db: Database) -> SqlQueue:
+        from stagecrawl.queue.lists import seed_spec
+        from stagecrawl.queue.sql import SqlQueue
+
+        names = self.decl.names
+        return SqlQueue(db, seed_spec(names.seed, names.group))
+
+    def versions(self, db: Database) -> VersionTable:
+        from stagecrawl.storage.owners import VersionTable
+
+        return VersionTable(db, self.tables(db), self.language, self.repository)
+
+    def products(self, db: Database) -> ProductTable:
+        from stagecrawl.storage.owners import ProductTable
+
+        return ProductTable(db, self.tables(db), self.language, self.repository, self.order)
+
+    def vuln_tables(self, db: Database) -> VulnTables:
+        from stagecrawl.sca.ecosystem import VulnTables
+
+        t = self.tables(db)
+        return VulnTables(raw=t.vuln_raw, v1=t.vuln_v1, hit=t.vuln_hit)
+
+    def policy_license(self, expression: str | None, text: str | None) -> str | None:
+        """The license string a policy judges: the registry's as declared (crates.io's
+        LICENSE) unless it keeps a normalised expression it trusts more."""
+        return text
+
+    def audit_package(self, name: str, version: str, source: str) -> Package:
+        from stagecrawl.sca.audit import Package
+
+        return Package(name, version, [source])

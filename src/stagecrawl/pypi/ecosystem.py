@@ -1,0 +1,25 @@
+"""PyPI as the SCA core knows it: the OSV ecosystem `PyPI` ordered by PEP 440 (`packaging`),
+purl type `pypi` (names PEP 503-normalised, as the purl spec asks) and PYSEC as its advisory
+database."""
+
+from __future__ import annotations
+
+from packaging.version import Version
+
+from stagecrawl.pypi.names import normalize
+from stagecrawl.pypi.versions import sort_key
+from stagecrawl.sca.ecosystem import Ecosystem
+
+PYPI = Ecosystem(
+    name="PyPI",
+    purl_type="pypi",
+    parse_version=Version,  # InvalidVersion is a ValueError: such a version matches no range
+    version_kind="PEP 440 version",
+    product_key=normalize,
+    primary_prefix="PYSEC-",
+    database_name="PyPA Advisory Database",
+    sort_key=sort_key,
+    package_word="project",
+    registry_key="pypi",
+    lockfile_name="lock file",
+)

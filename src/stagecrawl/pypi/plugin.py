@@ -1,0 +1,212 @@
+"""PyPI on the registry kernel: the Simple API (PEP 691 JSON) is authoritative (which versions
+exist, yanked), PEP 658 core metadata and the JSON API enrich (dependencies, license,
+summary). The kernel seeds, collects, refreshes, locks and audits; this module gives PyPI's
+lanes, its identity rules (PEP 503 names, PEP 440 versions), one project's work and its
+readers."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Hashable, Sequence
+from pathlib import Path
+from typing import Any
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+from sqlalchemy import Connection
+
+from stagecrawl.engine.fetcher import Fetcher, Validators
+from stagecrawl.engine.git import GitRepo
+from stagecrawl.engine.ratelimit import Lane, Lanes, Rate
+from stagecrawl.engine.shutdown import GracefulStop
+from stagecrawl.errors import InputError
+from stagecrawl.kernel.registry import (
+    CollectContext,
+    Collected,
+    Listing,
+    LockInput,
+    RefreshTarget,
+    Registry,
+)
+from stagecrawl.pypi import tables
+from stagecrawl.pypi.client import API, FILES, FILES_HOST, INDEX, PyPIClient, SimplePage
+from stagecrawl.pypi.collect import collect_project, product_row, version_row
+from stagecrawl.pypi.declaration import DECLARATION, PypiSettings
+from stagecrawl.pypi.ecosystem import PYPI
+from stagecrawl.pypi.locks import LockFile, locks_at_tag, parse_lock
+from stagecrawl.pypi.names import name_problem, normalize
+from stagecrawl.pypi.versions import is_valid, version_key
+from stagecrawl.settings import Settings
+from stagecrawl.storage.db import Database
+
+_PIN = re.compile(r"^\s*(?P<name>[^=\s]+)\s*==\s*(?P<version>\S+)\s*$")
+
+
+def lock_input(lock: LockFile) -> LockInput:
+    """A parsed PyPI lock file as the kernel reads locks."""
+    return LockInput(
+        lock.where,
+        lock.kind,
+        pins=[(r.name, r.version, None) for r in lock.pins()],
+        unaudited=[(line, "not from a package index") for line in lock.skipped],
+        unpinned=list(lock.unpinned),
+    )
+
+
+def pep440_matcher(requirement: str) -> Any:
+    """A license exception's version requirement (`>=2,<3`, `=1.0`) as PEP 440 reads it."""
+    text = requirement.strip()
+    if text.startswith("=") and not text.startswith("=="):
+        text = "=" + text
+    try:
+        specifier = SpecifierSet(text)
+    except InvalidSpecifier:
+        raise ValueError(f"{requirement!r} is not a PEP 440 version specifier") from None
+    return lambda version: specifier.contains(version, prereleases=True)
+
+
+class Pypi(Registry[PyPIClient]):
+    decl = DECLARATION
+    language, repository = tables.LANGUAGE, tables.REPOSITORY
+    order = tables.PEP440
+    ecosystem = PYPI
+    schema = tables.SCHEMA
+    lanes_shown = (INDEX, API, FILES)
+    version_matcher = staticmethod(pep440_matcher)
+
+    # -- identity ---------------------------------------------------------------------------
+
+    def validate_name(self, name: str) -> str:
+        problem = name_problem(name)
+        if problem:
+            raise InputError(problem)
+        return name
+
+    def identity(self, name: str) -> str:
+        return normalize(name)
+
+    def product_key(self, name: str) -> str:
+        return normalize(name)
+
+    def version_key(self, version: str) -> Hashable:
+        return version_key(version)
+
+    def check_version(self, name: str, version: str) -> str:
+        super().check_version(name, version)
+        try:
+            Version(version)
+        except InvalidVersion:
+            raise InputError(f"{name} {version}: not a PEP 440 version") from None
+        return version
+
+    # -- sources ----------------------------------------------------------------------------
+
+    def check_settings(self, s: Settings) -> None:
+        from stagecrawl.components import fetch_settings
+        from stagecrawl.engine.fetcher import require_contact
+
+        require_contact(
+            fetch_settings(s),
+            "PyPI refuses generic clients and asks crawlers to say how to reach their operator",
+        )
+
+    def lanes(self, s: Settings) -> Lanes:
+        """The three lanes. The files lane is chosen by name for every core metadata URL,
+        whatever host the Simple page points to (files.pythonhosted.org, a mirror)."""
+        p = s.section(PypiSettings)
+        return Lanes(
+            [
+                Lane(INDEX, p.index_url, Rate(p.index_rate)),
+                Lane(API, p.api_url.rstrip("/") + "/pypi/", Rate(p.api_rate)),
+                Lane(FILES, FILES_HOST, Rate(p.files_rate)),
+            ]
+        )
+
+    def client(self, fetcher: Fetcher, s: Settings) -> PyPIClient:
+        p = s.section(PypiSettings)
+        return PyPIClient(fetcher, p.index_url, p.api_url)
+
+    async def seed_one(self, client: PyPIClient, name: str) -> Listing:
+        page = await client.simple(name)
+        assert page is not None  # no validators sent: no 304
+        client.remember(page)  # a crawl's collector uses it: one index request a project
+        return _listing(page)
+
+    async def collect_one(
+        self, client: PyPIClient, name: str, versions: Sequence[str], context: CollectContext
+    ) -> Collected:
+        project = await collect_project(client, name, wanted=set(versions))
+        rows = [version_row(project, f, context.now, context.licenses) for f in project.versions]
+        releases = project.page.project.releases
+        return Collected(
+            listed={version_key(r.version): r.yanked for r in releases},
+            rows=(rows, product_row(project, context.now)),
+            problems=project.problems,
+            counts=Counter(unknown_dependencies=sum(1 for r in rows if r["DEPENDENCIES"] is None)),
+            yanked_rows=sum(1 for r in rows if r["YANKED"]),
+        )
+
+    def write(self, conn: Connection, db: Database, rows: Sequence[Any]) -> None:
+        version_rows = [row for versions, _product in rows for row in versions]
+        if version_rows:
+            tables.versions(db).upsert(conn, version_rows)
+        tables.products(db).upsert(conn, [product for _versions, product in rows])
+
+    # -- refresh: conditional GETs of the Simple pages ------------------------------------
+
+    def refresh_targets(self, db: Database, names: Sequence[str]) -> list[RefreshTarget]:
+        with db.reading() as conn:
+            etags: dict[str, Any] = tables.products(db).column(conn, "ETAG")
+        wanted = [normalize(n) for n in names] if names else sorted(etags)
+        return [RefreshTarget(name, name, etags.get(name)) for name in wanted]
+
+    async def refresh_one(self, client: PyPIClient, target: RefreshTarget) -> Listing | None:
+        validators = Validators(etag=target.stored) if target.stored else None
+        page = await client.simple(target.name, validators)
+        return None if page is None else _listing(page)
+
+    def refresh_extra(self, listing: Listing) -> dict[str, Any]:
+        page: SimplePage = listing.state
+        return {"ETAG": page.validators.etag, "LAST_SERIAL": page.last_serial}
+
+    # -- locks and pins ---------------------------------------------------------------------
+
+    def read_lock(self, path: Path, text: str) -> LockInput:
+        return lock_input(parse_lock(text, path.name, str(path)))
+
+    async def locks_at_tag(
+        self, repo: GitRepo, tag: str, s: Settings, stop: GracefulStop | None
+    ) -> list[LockInput]:
+        return [lock_input(lock) for lock in await locks_at_tag(repo, tag)]
+
+    def parse_pin(self, text: str) -> tuple[str, str | None]:
+        """`NAME==VERSION` (a bare NAME, or another specifier, is refused: no resolver)."""
+        match = _PIN.match(text)
+        if match is None:
+            raise InputError(f"{text!r}: give NAME==VERSION (pins only; nothing is resolved)")
+        problem = name_problem(match["name"])
+        if problem:
+            raise InputError(f"{text!r}: {problem}")
+        return normalize(match["name"]), match["version"]
+
+    def policy_license(self, expression: str | None, text: str | None) -> str | None:
+        """PyPI's License-Expression (PEP 639), or the classifiers' or free text's expression
+        stagecrawl made, before the free text itself."""
+        return expression or text
+
+
+def _listing(page: SimplePage) -> Listing:
+    releases = page.project.releases
+    invalid = [
+        f"{r.version}: not a PEP 440 version (kept)" for r in releases if not is_valid(r.version)
+    ]
+    return Listing(
+        page.project.name,
+        {r.version: r.yanked for r in releases},
+        list(page.project.problems) + invalid,
+        page,
+    )
+
+
+REGISTRY = Pypi()
