@@ -84,6 +84,7 @@ def synthetic_dump(versions: int) -> Path:
 # 1M-event register in the same bench process.)
 _PEAK_WRAPPER = """
 import atexit, runpy, sys
+from tests.crates.kernel import rust
 out = sys.argv.pop(1)
 def peak():
     for line in open("/proc/self/status"):
@@ -189,7 +190,7 @@ def _collected(db: Database) -> None:
     numbers = [f"{v // 5}.{v % 5}.{v % 3}" for v in range(COLLECTED_PER_CRATE)]
     with db.engine.begin() as conn:
         conn.execute(
-            db.product.insert(),
+            rust(db).product.insert(),
             [
                 {**key, "PRODUCT_KEY": n.lower(), "NAME": n, "COMP_STATUS": "ACTIVE"}
                 | {"VERSION_COUNT": COLLECTED_PER_CRATE, "LAST_UPDATED": now}
@@ -197,7 +198,7 @@ def _collected(db: Database) -> None:
             ],
         )
         conn.execute(
-            db.version.insert(),
+            rust(db).version.insert(),
             [
                 {**key, "PRODUCT_KEY": n.lower(), "VERSION": v, "NAME": n, "DEPENDENCIES": "[]"}
                 | {"FEATURES": "{}", "YANKED": False, "PROCESSED": 1, "LAST_UPDATED": now}
@@ -280,7 +281,7 @@ def main() -> None:
                 dump.add_row(name, f"{versions:,}", "before", f"{rate:,.0f}", f"{rss:.0f}", "", "")
             rate, rss = dbdump_rate(url, versions)
             db = Database(url)
-            rows, seconds = raw_executemany_rate(db, [db.version])
+            rows, seconds = raw_executemany_rate(db, [rust(db).version])
             db.dispose()
             raw = rows / seconds
             dump.add_row(
@@ -293,7 +294,7 @@ def main() -> None:
                 f"{rate / raw:.2f}",
             )
             advisories, _, db = _osv_once(url)
-            rows, seconds = raw_executemany_rate(db, [db.vuln_raw, db.vuln_v1, db.vuln_hit])
+            rows, seconds = raw_executemany_rate(db, [rust(db).vuln_raw, rust(db).vuln_v1, rust(db).vuln_hit])
             db.dispose()
             raw = advisories / seconds
             if args.before_src:

@@ -44,6 +44,7 @@ from sqlalchemy import text, update
 from stagecrawl.crates.queue import COLLECTED, NewEvent, event_list
 from stagecrawl.queue import events as queue_events
 from stagecrawl.storage.db import Database
+from tests.crates.kernel import rust
 
 BACKENDS = {
     "sqlite": "",  # a file in the run's temporary folder
@@ -109,7 +110,7 @@ def finish_most(db: Database, count: int, share: float) -> str:
     """Mark the first `share` of the packages collected; the first pending package's name."""
     packages = (count + VERSIONS - 1) // VERSIONS
     cutoff = package(int(packages * share) * VERSIONS)
-    table = db.list
+    table = rust(db).list
     with db.engine.begin() as conn:
         conn.execute(update(table).where(table.c.CRATE_NAME < cutoff).values(PROCESSED=COLLECTED))
     if db.dialect == "postgresql":

@@ -87,16 +87,15 @@ def fresh(url: str) -> Database:
 async def run(
     db_url: str, names: list[str], index: TestOrigin, api: TestOrigin
 ) -> dict[str, float]:
-    flags = {"index_url": index.url + "/", "api_url": api.url + "/", "api_rate": API_RATE,
-             "index_rate": INDEX_RATE, "api_budget": "none"}  # fmt: skip
+    flags = {"crates.index_url": index.url + "/", "crates.api_url": api.url + "/", "crates.api_rate": API_RATE,
+             "crates.index_rate": INDEX_RATE, "crates.api_budget": "none"}  # fmt: skip
     s = Settings.resolve(flags, {})
     db = fresh(db_url)
     stop = GracefulStop()
-    async with crates_fetcher(s) as fetcher:
-        client = CratesClient(fetcher, s.index_url, s.api_url)
+    async with crates_client(s) as client:
         started = time.perf_counter()
-        await pipeline.seed(db, client, names, stop)
-        report = await pipeline.collect(db, client, CollectSettings(concurrency=16), stop)
+        await seed(db, CRATES, client, names, stop)
+        report = await collect(db, CRATES, client, CollectSettings(concurrency=16), stop)
         wall = time.perf_counter() - started
         rate_limited = sum(fetcher.stats.rate_limited.values())
     db.dispose()

@@ -63,6 +63,7 @@ from stagecrawl.settings import Settings
 from stagecrawl.storage.bulk import upsert_statement
 from stagecrawl.storage.db import Database, dumps
 from stagecrawl.testing.registry import index_line, write_crate
+from tests.crates.kernel import rust
 
 BACKENDS = {
     "sqlite": "",  # a file in the run's temporary folder
@@ -130,9 +131,9 @@ def raw_upserts(url: str, count: int) -> float:
     db = fresh(url)
     rows = version_rows(count, datetime(2024, 1, 1, 12, 0, 0))
     dialect = db.engine.dialect
-    keys = [c.name for c in db.version.primary_key.columns]
+    keys = [c.name for c in rust(db).version.primary_key.columns]
     columns = [k for k in rows[0] if k not in keys]
-    statement = upsert_statement(dialect.name, db.version, columns)
+    statement = upsert_statement(dialect.name, rust(db).version, columns)
     compiled = statement.compile(dialect=dialect, column_keys=list(rows[0]))  # type: ignore[attr-defined]
     names = compiled.positiontup if compiled.positional else list(compiled.binds)
     convert = {}
@@ -167,9 +168,9 @@ def raw_core_upserts(url: str, count: int) -> float:
     parameters processed per row): how the issue measured its baseline."""
     db = fresh(url)
     rows = version_rows(count, datetime(2024, 1, 1, 12, 0, 0))
-    keys = [c.name for c in db.version.primary_key.columns]
+    keys = [c.name for c in rust(db).version.primary_key.columns]
     columns = [k for k in rows[0] if k not in keys]
-    statement = upsert_statement(db.engine.dialect.name, db.version, columns)
+    statement = upsert_statement(db.engine.dialect.name, rust(db).version, columns)
     try:
         started = time.perf_counter()
         for start in range(0, count, 1000):
@@ -221,16 +222,15 @@ class Origin:
 
 
 async def _collect(url: str, names: list[str], origin: str) -> tuple[int, float]:
-    flags = {"index_url": origin + "/index/", "api_url": origin + "/api/", "api_rate": LIFTED,
-             "index_rate": LIFTED, "api_budget": "none"}  # fmt: skip
+    flags = {"crates.index_url": origin + "/index/", "crates.api_url": origin + "/api/", "crates.api_rate": LIFTED,
+             "crates.index_rate": LIFTED, "crates.api_budget": "none"}  # fmt: skip
     s = Settings.resolve(flags, {})
     db = fresh(url)
     stop = GracefulStop()
-    async with crates_fetcher(s) as fetcher:
-        client = CratesClient(fetcher, s.index_url, s.api_url)
-        await pipeline.seed(db, client, names, stop)
+    async with crates_client(s) as client:
+        await seed(db, CRATES, client, names, stop)
         started = time.perf_counter()
-        report = await pipeline.collect(db, client, CollectSettings(), stop)
+        report = await collect(db, CRATES, client, CollectSettings(), stop)
         seconds = time.perf_counter() - started
     db.dispose()
     assert report.collect is not None

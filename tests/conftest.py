@@ -8,8 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from stagecrawl.registries import declare_tables
 from stagecrawl.testing.origin import TestOrigin
 from tests.services import MARIADB_URL, POSTGRES_URL, drop_stagecrawl_tables
+
+# Every registry's tables are declared, as every command declares them: a database a test
+# opens holds them all.
+declare_tables()
 
 
 @pytest.fixture

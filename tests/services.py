@@ -26,11 +26,13 @@ def drop_stagecrawl_tables(url: str) -> None:
     table added later is dropped too."""
     from sqlalchemy import create_engine, text
 
-    from stagecrawl.storage.db import build_metadata
+    from stagecrawl.registries import declare_tables
+    from stagecrawl.storage.schema import Collations, build_metadata
 
+    declare_tables()
     engine = create_engine(url)
     quote = engine.dialect.identifier_preparer.quote
     with engine.begin() as conn:
-        for table in reversed(build_metadata(None, {}).sorted_tables):
+        for table in reversed(build_metadata(Collations(None)).sorted_tables):
             conn.execute(text(f"DROP TABLE IF EXISTS {quote(table.name)}"))
     engine.dispose()

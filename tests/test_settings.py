@@ -19,19 +19,19 @@ DOCS = Path(__file__).resolve().parents[1] / "docs" / "operations.md"
 
 def test_flag_beats_environment_beats_default() -> None:
     env = {"STAGECRAWL_API_RATE": "0.5", "STAGECRAWL_CONCURRENCY": "3"}
-    s = Settings.resolve({"api_rate": 2.0}, env)
-    assert (s.api_rate, s.sources["api_rate"]) == (2.0, "flag")
+    s = Settings.resolve({"crates.api_rate": 2.0}, env)
+    assert (s.section(CratesSettings).api_rate, s.sources["api_rate"]) == (2.0, "flag")
     assert (s.concurrency, s.sources["concurrency"]) == (3, "env")
-    assert (s.index_rate, s.sources["index_rate"]) == (10.0, "default")
+    assert (s.section(CratesSettings).index_rate, s.sources["index_rate"]) == (10.0, "default")
 
 
 @pytest.mark.parametrize(
     ("flags", "env", "message"),
     [
         ({"concurrency": 0}, {}, "--concurrency must be at least 1"),
-        ({"api_rate": 0.0}, {}, "--api-rate must be greater than 0"),
-        ({"api_rate": float("nan")}, {}, "--api-rate must be a finite number"),
-        ({"index_url": "index.crates.io"}, {}, "--index-url must be an http(s) URL"),
+        ({"crates.api_rate": 0.0}, {}, "--api-rate must be greater than 0"),
+        ({"crates.api_rate": float("nan")}, {}, "--api-rate must be a finite number"),
+        ({"crates.index_url": "index.crates.io"}, {}, "--index-url must be an http(s) URL"),
         ({}, {"STAGECRAWL_API_RATE": "fast"}, "STAGECRAWL_API_RATE must be a number"),
         ({}, {"STAGECRAWL_RETRIES": "-1"}, "STAGECRAWL_RETRIES must not be negative"),
         # Sent in a header: a CR (a file edited on Windows) or a newline failed every request.
@@ -69,6 +69,7 @@ def test_the_documented_table_is_the_table() -> None:
 def test_the_engine_parts_take_their_defaults_from_the_table() -> None:
     """One default per setting: a part built without settings behaves as the table says."""
     from stagecrawl.crates.worker import CollectSettings
+
     from stagecrawl.engine.fetcher import FetchSettings
     from stagecrawl.engine.work import LoopSettings
 
@@ -113,7 +114,7 @@ def test_a_misspelt_setting_is_a_type_error(tmp_path: Path) -> None:
     with pytest.raises(AttributeError):
         s.api_rat  # type: ignore[attr-defined]  # noqa: B018
     with pytest.raises(dataclasses.FrozenInstanceError):
-        s.api_rate = 2.0  # type: ignore[misc]
+        s.section(CratesSettings).api_rate = 2.0  # type: ignore[misc]
 
 
 @pytest.mark.parametrize(
@@ -121,13 +122,13 @@ def test_a_misspelt_setting_is_a_type_error(tmp_path: Path) -> None:
     [
         ({"concurrency": 10_000_000}, {}, "--concurrency must be at most 1024"),
         ({}, {"STAGECRAWL_CONCURRENCY": "5000"}, "STAGECRAWL_CONCURRENCY must be at most 1024"),
-        ({"api_burst": 100_000}, {}, "--api-burst must be at most 1000"),
+        ({"crates.api_burst": 100_000}, {}, "--api-burst must be at most 1000"),
         ({"lease_seconds": 1e9}, {}, "--lease-seconds must be at most 86400"),
         ({"grace_period": 1e6}, {}, "--grace-period must be at most 3600"),
         ({}, {"STAGECRAWL_COMMIT_BATCH": "1000000"}, "STAGECRAWL_COMMIT_BATCH must be at most"),
         ({}, {"STAGECRAWL_MAX_BODY_MB": "1e6"}, "STAGECRAWL_MAX_BODY_MB must be at most 4096"),
         ({}, {"STAGECRAWL_RETRIES": "1000"}, "STAGECRAWL_RETRIES must be at most 100"),
-        ({"index_rate": 1e12}, {}, "--index-rate must be at most"),
+        ({"crates.index_rate": 1e12}, {}, "--index-rate must be at most"),
         ({"aircraft_concurrency": 2000}, {}, "--concurrency must be at most 1024"),
     ],
 )

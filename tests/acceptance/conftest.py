@@ -17,6 +17,7 @@ from stagecrawl.demo.registry import CRATES, build_mirror
 from stagecrawl.storage.db import Database
 from stagecrawl.testing.origin import TestOrigin
 from tests.cli import cli_env, spawn, stagecrawl
+from tests.crates.kernel import rust
 
 __all__ = ["Mirror", "cli_env", "dump", "redis_server", "spawn", "stagecrawl"]
 NAMES = sorted(CRATES)
@@ -48,7 +49,7 @@ def dump(url: str) -> dict[str, list[dict[str, Any]]]:
     """Every row of the crates tables, minus the columns that only say when."""
     db = Database(url)
     result = {}
-    for table in (db.list, db.version, db.product):
+    for table in (rust(db).list, rust(db).version, rust(db).product):
         with db.engine.connect() as conn:
             rows = conn.execute(select(table).order_by(*table.primary_key.columns)).all()
         result[table.name] = [

@@ -25,6 +25,7 @@ from stagecrawl.storage.db import Database
 from stagecrawl.testing.origin import TestOrigin
 from stagecrawl.testing.registry import index_line, write_crate
 from tests.acceptance.conftest import NAMES, Mirror, dump, spawn, stagecrawl
+from tests.crates.kernel import rust
 from tests.crates.test_workers import wait_for
 from tests.services import MARIADB_URL, POSTGRES_URL, REDIS_URL
 from tests.services import drop_stagecrawl_tables as _drop_tables
@@ -34,7 +35,9 @@ def ladder(url: str) -> dict[str, int]:
     """Every event's PROCESSED, by name@version."""
     db = Database(url)
     with db.reading() as conn:
-        rows = conn.execute(select(db.list.c.NAME, db.list.c.VERSION, db.list.c.PROCESSED)).all()
+        rows = conn.execute(
+            select(rust(db).list.c.NAME, rust(db).list.c.VERSION, rust(db).list.c.PROCESSED)
+        ).all()
     db.dispose()
     return {f"{n}@{v}": int(p) for n, v, p in rows}
 
@@ -45,7 +48,7 @@ def expire_pauses(url: str, host_key: str) -> None:
     redis.Redis.from_url(REDIS_URL).delete(host_key)
     db = Database(url)
     past = utcnow() - timedelta(seconds=1)
-    for table in (db.list, db.seed):
+    for table in (rust(db).list, rust(db).seed):
         db.transaction(
             lambda conn, t=table: conn.execute(
                 update(t).where(t.c.NOT_BEFORE.is_not(None)).values(NOT_BEFORE=past)
@@ -164,7 +167,7 @@ def herd(tmp_path: Path) -> Iterator[tuple[TestOrigin, TestOrigin]]:
 
 def _versions(url: str) -> list[tuple[Any, ...]]:
     db = Database(url)
-    t = db.version
+    t = rust(db).version
     with db.reading() as conn:
         rows = conn.execute(select(t).order_by(t.c.PRODUCT_KEY, t.c.VERSION)).all()
     db.dispose()
@@ -174,7 +177,7 @@ def _versions(url: str) -> list[tuple[Any, ...]]:
 def _events(url: str) -> list[tuple[int, str | None]]:
     db = Database(url)
     with db.reading() as conn:
-        rows = conn.execute(select(db.list.c.PROCESSED, db.list.c.CLAIMED_BY)).all()
+        rows = conn.execute(select(rust(db).list.c.PROCESSED, rust(db).list.c.CLAIMED_BY)).all()
     db.dispose()
     return [(int(p), c) for p, c in rows]
 

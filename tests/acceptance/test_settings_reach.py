@@ -27,6 +27,7 @@ from stagecrawl.testing.dbdump import build_dump
 from stagecrawl.testing.origin import TestOrigin
 from tests.acceptance.conftest import NAMES as ALL_NAMES
 from tests.acceptance.conftest import Mirror, stagecrawl
+from tests.crates.kernel import rust
 from tests.services import REDIS_URL
 
 CONTACT = "reach-test@example.org"
@@ -97,7 +98,7 @@ def classifier() -> Iterator[TestOrigin]:
 def versions(db_url: str) -> int:
     db = Database(db_url, read_only=True)
     with db.engine.connect() as conn:
-        count = int(conn.execute(select(func.count()).select_from(db.version)).scalar_one())
+        count = int(conn.execute(select(func.count()).select_from(rust(db).version)).scalar_one())
     db.dispose()
     return count
 

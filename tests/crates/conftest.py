@@ -11,6 +11,13 @@ from stagecrawl.testing.origin import TestOrigin
 from tests.crates.registry import build_registry
 
 
+def crates_setting(name: str) -> str:
+    """A setting's name in the table: crates.io's own lanes are its section's."""
+    from stagecrawl.settings import BY_NAME
+
+    return f"crates.{name}" if f"crates.{name}" in BY_NAME else name
+
+
 @dataclass
 class Registry:
     index: TestOrigin
@@ -20,11 +27,11 @@ class Registry:
         """The run's settings against this registry (fast rates, one retry), as a command
         would resolve them from its flags, with no environment."""
         flags = {
-            "index_url": self.index.url + "/",
-            "api_url": self.api.url + "/",
-            "api_rate": 200.0,
-            "index_rate": 500.0,
-            **overrides,
+            "crates.index_url": self.index.url + "/",
+            "crates.api_url": self.api.url + "/",
+            "crates.api_rate": 200.0,
+            "crates.index_rate": 500.0,
+            **{crates_setting(k): v for k, v in overrides.items()},
         }
         return Settings.resolve(flags, {"STAGECRAWL_RETRIES": "1"})
 

@@ -17,15 +17,18 @@ import semver
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 
-from stagecrawl.crates.audit import Package, audit, lock_graph, package_lines
-from stagecrawl.crates.osv import ImportReport, import_advisories, read_advisories
+from stagecrawl.crates.lock import package_lines
 from stagecrawl.crates.semver import Version
 from stagecrawl.errors import InputError
+from stagecrawl.sca.audit import Package
 from stagecrawl.sca.cyclonedx import audit_cyclonedx
+from stagecrawl.sca.osv_import import ImportReport
+from stagecrawl.sca.osv_read import read_advisories
 from stagecrawl.sca.report_json import audit_json
 from stagecrawl.sca.sarif import audit_sarif
 from stagecrawl.storage.db import Database
 from tests.cli import stagecrawl
+from tests.crates.kernel import audit, import_advisories, lock_graph
 from tests.crates.test_osv import zip_of
 from tests.services import SHARED
 

@@ -9,15 +9,15 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 
-from stagecrawl.crates import pipeline
-from stagecrawl.crates.client import CratesClient
-from stagecrawl.crates.config import crates_fetcher
-from stagecrawl.crates.worker import CollectSettings
+from stagecrawl.crates.plugin import REGISTRY
 from stagecrawl.engine.shutdown import GracefulStop
+from stagecrawl.kernel.collecting import CollectSettings
+from stagecrawl.kernel.phases import collect
 from stagecrawl.settings import Settings
 from stagecrawl.storage.db import Database
 from stagecrawl.testing.origin import TestOrigin
 from stagecrawl.testing.registry import index_line, write_crate
+from tests.crates.kernel import crates_client, rust
 
 CRATES = [f"ahead-{i:02d}" for i in range(60)]
 VERSIONS = 30
@@ -50,21 +50,20 @@ async def test_the_seeder_keeps_step_with_a_slow_collector(tmp_path: Path) -> No
         api.rule("/*", stall=0.05)  # the collector waits on the API; the index answers at once
         s = Settings.resolve(
             {
-                "index_url": index.url + "/",
-                "api_url": api.url + "/",
-                "index_rate": 100_000.0,
-                "api_rate": 100_000.0,
-                "api_budget": "none",
+                "crates.index_url": index.url + "/",
+                "crates.api_url": api.url + "/",
+                "crates.index_rate": 100_000.0,
+                "crates.api_rate": 100_000.0,
+                "crates.api_budget": "none",
             },
             {},
         )
-        async with crates_fetcher(s) as fetcher:
-            client = CratesClient(fetcher, s.index_url, s.api_url)
-            report = await pipeline.collect(db, client, settings, GracefulStop(), CRATES)
+        async with crates_client(s) as client:
+            report = await collect(db, REGISTRY, client, settings, GracefulStop(), CRATES)
         index_times = [r.time for r in index.log]
         api_times = [r.time for r in api.log]
     with db.engine.connect() as conn:
-        stored = conn.execute(select(func.count()).select_from(db.version)).scalar_one()
+        stored = conn.execute(select(func.count()).select_from(rust(db).version)).scalar_one()
     db.dispose()
     assert stored == len(CRATES) * VERSIONS and report.collect is not None
     assert report.collect.failed == 0

@@ -48,7 +48,9 @@ def test_reports_go_to_stdout_whole_in_a_pipe_and_quiet_on_success(
 
     status = stagecrawl("status", "--db", db, env=no_width)
     assert status.returncode == 0, status.stderr
-    assert f"LIST in {db}" in status.stdout.splitlines()  # the title whole, on its own line
+    assert (
+        f"crates.io LIST in {db}" in status.stdout.splitlines()
+    )  # the title whole, on its own line
     assert "VERSION rows" in status.stdout and "no live workers" in status.stdout
     assert "VERSION rows" not in status.stderr and "LIST in" not in status.stderr
 

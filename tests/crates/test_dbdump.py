@@ -12,10 +12,11 @@ import pytest
 from sqlalchemy import select
 
 from stagecrawl.crates.dbdump import load_dump
-from stagecrawl.crates.licenses import stable_id
 from stagecrawl.errors import InputError
+from stagecrawl.sca.reference import stable_id
 from stagecrawl.storage.db import Database
 from stagecrawl.testing.dbdump import build_dump
+from tests.crates.kernel import rust
 
 
 @pytest.mark.parametrize("binary_checksum", [True, False], ids=["tar_sha256", "checksum"])
@@ -29,8 +30,8 @@ def test_dump_loads_products_and_versions(
     assert (report.crates, report.versions) == (12, 48)
     assert report.dependencies == 11 * 4 * 2
     with db.engine.connect() as conn:
-        versions = {(r.PRODUCT_KEY, r.VERSION): r for r in conn.execute(select(db.version))}
-        products = {r.PRODUCT_KEY: r for r in conn.execute(select(db.product))}
+        versions = {(r.PRODUCT_KEY, r.VERSION): r for r in conn.execute(select(rust(db).version))}
+        products = {r.PRODUCT_KEY: r for r in conn.execute(select(rust(db).product))}
     v = versions[("dump-crate-000010", "0.2.0")]
     assert v.NAME == "dump-crate-000010" and len(v.CHECKSUM) == 64
     assert json.loads(v.LICENSE_IDS) == [stable_id("MIT"), stable_id("Apache-2.0")]

@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import update
 
-from stagecrawl.crates.licenses import evaluate, policy_from_config
+from stagecrawl.crates.licenses import evaluate
 from stagecrawl.sca.config import read_cargo_deny, read_native
 from stagecrawl.storage.db import Database
 from tests.cli import stagecrawl
+from tests.crates.kernel import policy_from_config, rust
 from tests.crates.test_audit import LOCK_V3, ZIP, needs_zip
 from tests.crates.test_osv import add_collected
 from tests.sca.test_cargo_deny_semantics import ALLOW, CASES, OWN
@@ -153,7 +154,7 @@ def test_deny_kinds_and_yanked(db_url: str, tmp_path: Path) -> None:
     db = Database(db_url)
     add_collected(db, "yanky", ["1.0.0"])
     with db.engine.begin() as conn:
-        conn.execute(update(db.version).values(YANKED=True))
+        conn.execute(update(rust(db).version).values(YANKED=True))
     code, report, _ = audit(db_url, tmp_path, "yanky@1.0.0", "--deny", "unsound")
     assert code == 0 and report["yanked"] == [{"crate": "yanky", "version": "1.0.0"}]
     assert audit(db_url, tmp_path, "yanky@1.0.0", "--deny", "yanked")[0] == 1
@@ -240,7 +241,9 @@ def test_licenses_check_of_a_lock_file(tmp_path: Path) -> None:
     with db.engine.begin() as conn:
         for key, text in licenses.items():
             conn.execute(
-                update(db.version).where(db.version.c.PRODUCT_KEY == key).values(LICENSE=text)
+                update(rust(db).version)
+                .where(rust(db).version.c.PRODUCT_KEY == key)
+                .values(LICENSE=text)
             )
     lock = tmp_path / "Cargo.lock"
     lock.write_text(LOCK_V3)

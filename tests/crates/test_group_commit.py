@@ -10,10 +10,19 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.exc import DBAPIError
 
-from stagecrawl.crates.queue import COLLECTED, NewEvent, claim, outcome, register
 from stagecrawl.crates.rows import VERSION_COLUMNS
-from stagecrawl.crates.store import CrateWrite, existing_versions, write_crates
+from stagecrawl.queue.events import COLLECTED
 from stagecrawl.storage.db import Database
+from tests.crates.kernel import (
+    CrateWrite,
+    NewEvent,
+    claim,
+    existing_versions,
+    outcome,
+    register,
+    rust,
+    write_crates,
+)
 
 
 def _version(name: str, version: str, description: str | None = "ok") -> dict[str, Any]:
@@ -66,7 +75,7 @@ def test_a_batch_failing_half_way_writes_nothing_and_is_done_again(db_url: str) 
     # Nothing of the batch, not even the first crate, and the leases are still ours.
     assert existing_versions(db, ["alpha", "beta"]) == {"alpha": set(), "beta": set()}
     with db.reading() as conn:
-        states = conn.execute(select(db.list.c.PROCESSED, db.list.c.CLAIMED_BY)).all()
+        states = conn.execute(select(rust(db).list.c.PROCESSED, rust(db).list.c.CLAIMED_BY)).all()
     assert sorted(states) == [(0, "w")] * 4
 
     assert write_crates(db, "w", batch(broken=False)) == [True, True]
@@ -76,10 +85,10 @@ def test_a_batch_failing_half_way_writes_nothing_and_is_done_again(db_url: str) 
     }
     with db.reading() as conn:
         done = conn.execute(
-            select(func.count()).where(db.list.c.PROCESSED == COLLECTED)
+            select(func.count()).where(rust(db).list.c.PROCESSED == COLLECTED)
         ).scalar_one()
         held = conn.execute(
-            select(func.count()).where(db.list.c.CLAIMED_BY.is_not(None))
+            select(func.count()).where(rust(db).list.c.CLAIMED_BY.is_not(None))
         ).scalar_one()
     assert (done, held) == (4, 0)
     db.dispose()

@@ -11,15 +11,15 @@ from typing import Any
 
 from sqlalchemy import event, select
 
-from stagecrawl.crates.client import IndexEntry
-from stagecrawl.crates.index import IndexVersion
-from stagecrawl.crates.queue import NewEvent, event_list
-from stagecrawl.crates.seeding import SeedHandler, SeedReport, SeedResult
-from stagecrawl.crates.worker import CollectSettings, CollectSummary, CrateResult, crates_queue
-from stagecrawl.engine.fetcher import Validators
+from stagecrawl.kernel.collecting import CollectSettings, CollectSummary, UnitResult
+from stagecrawl.kernel.collecting import collect_queue as kernel_queue
+from stagecrawl.kernel.registry import Listing
+from stagecrawl.kernel.seeding import SeedHandler, SeedReport, SeedResult
 from stagecrawl.queue import Claimed, Lease, QueueRun
+from stagecrawl.queue.events import NewEvent
 from stagecrawl.queue.lists import COLLECTED, PENDING
 from stagecrawl.storage.db import Database
+from tests.crates.kernel import CRATES, event_list, rust
 
 EVENTS = [
     NewEvent("alpha", "1.0.0", "seed"),
@@ -28,13 +28,22 @@ EVENTS = [
 ]
 
 
+def crates_queue(
+    db: Database,
+    worker: str,
+    settings: CollectSettings,
+    more_coming: Callable[[], bool],
+    stopping: Callable[[], bool] | None = None,
+) -> QueueRun[UnitResult]:
+    summary = CollectSummary(CRATES.decl.words)
+    return kernel_queue(db, CRATES, worker, settings, summary, more_coming, stopping)
+
+
 def collector_queue(
     db: Database, worker: str, stopping: Callable[[], bool] = lambda: False
-) -> QueueRun[CrateResult]:
+) -> QueueRun[UnitResult]:
     # a seeder alongside is still at work (more_coming)
-    return crates_queue(
-        db, worker, CollectSettings(), CollectSummary(), lambda: True, stopping=stopping
-    )
+    return crates_queue(db, worker, CollectSettings(), lambda: True, stopping=stopping)
 
 
 def register(db: Database, lease: Lease | None) -> None:
@@ -42,7 +51,7 @@ def register(db: Database, lease: Lease | None) -> None:
 
 
 def leases(db: Database) -> list[tuple[str, str, str | None]]:
-    table = db.list
+    table = rust(db).list
     with db.reading() as conn:
         rows = conn.execute(select(table.c.NAME, table.c.VERSION, table.c.CLAIMED_BY)).all()
     return sorted((str(n), str(v), c) for n, v, c in rows)
@@ -127,17 +136,16 @@ async def test_events_registered_unleased_are_claimed_while_the_seeder_goes_on(
     seeded)."""
     db = Database(db_url)
     collect = CollectSettings(limit=10 if db.is_sqlite else None)
-    run = crates_queue(db, "w1", collect, CollectSummary(), lambda: True)
+    run = crates_queue(db, "w1", collect, lambda: True)
     await run.open()
     assert await run.claim(10) == []  # nothing yet: the seeder has not registered anything
     assert run.lease_terms() is None  # registered unleased
 
-    seeder = SeedHandler(db, SeedReport())
+    seeder = SeedHandler(db, CRATES, SeedReport(CRATES.decl.words), False)
     seeder.hand_to = run
-    versions = [IndexVersion("alpha", v, [], "00", {}, False, None, None, None) for v in "12"]
-    entry = IndexEntry("alpha", versions, Validators(), "")
+    listing = Listing("alpha", {"1": False, "2": False})
     seed = Claimed("alpha", "alpha", PENDING, False, "alpha", "")
-    results = [SeedResult(seed, entry, COLLECTED)]
+    results = [SeedResult(seed, listing, COLLECTED)]
     # as the work loop finishes a seed: prepare, the finishing transaction, its commit
     await asyncio.to_thread(seeder.prepare, results)
     db.transaction(lambda conn: seeder.write(conn, results))
@@ -155,7 +163,7 @@ async def test_a_registration_told_during_a_short_claim_is_claimed_next(tmp_path
     read began), the claim comes back short, yet the next claim must look for them, not
     wait for another registration or the seeder's end."""
     db = Database(f"sqlite:///{tmp_path / 'race.db'}")
-    run = crates_queue(db, "w1", CollectSettings(limit=10), CollectSummary(), lambda: True)
+    run = crates_queue(db, "w1", CollectSettings(limit=10), lambda: True)
     await run.open()
     claim = run.queue.claim
 

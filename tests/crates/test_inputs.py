@@ -18,6 +18,7 @@ from stagecrawl.storage.db import Database
 from stagecrawl.testing.registry import index_line
 from tests.cli import stagecrawl
 from tests.crates.conftest import Registry
+from tests.crates.kernel import rust
 
 CRATES_IO = "registry+https://github.com/rust-lang/crates.io-index"
 
@@ -94,7 +95,7 @@ def urls(registry: Registry) -> list[str]:
 def events(db_file: Path) -> set[tuple[str, str]]:
     db = Database(f"sqlite:///{db_file}")
     with db.engine.connect() as conn:
-        rows = conn.execute(select(db.list.c.NAME, db.list.c.VERSION)).all()
+        rows = conn.execute(select(rust(db).list.c.NAME, rust(db).list.c.VERSION)).all()
     db.dispose()
     return {(r[0], r[1]) for r in rows}
 

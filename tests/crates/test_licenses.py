@@ -9,20 +9,14 @@ import pytest
 from aiohttp import web
 from sqlalchemy import select, update
 
-from stagecrawl.crates.licenses import (
-    LicenseMatcher,
-    backfill,
-    check_database,
-    license_names,
-    normalise,
-    parse_policy,
-)
+from stagecrawl.crates.licenses import LicenseMatcher, license_names, normalise, parse_policy
 from stagecrawl.errors import InputError
 from stagecrawl.sca.reference import ensure_reference, import_reference, stable_id
 from stagecrawl.storage.db import Database
 from stagecrawl.testing.origin import TestOrigin
 from tests.cli import stagecrawl
 from tests.crates.conftest import Registry
+from tests.crates.kernel import backfill, check_database, rust
 from tests.crates.test_pipeline import crawl, versions
 
 MIT, APACHE, BSD3 = stable_id("MIT"), stable_id("Apache-2.0"), stable_id("BSD-3-Clause")
@@ -55,7 +49,7 @@ async def test_collect_fills_licenses_and_backfill_recomputes(
     assert got[("syn", "1.0.0")]["LICENSE"] == "MIT/Apache-2.0"  # raw string kept
     assert got[("noapi", "0.1.0")]["LICENSE_IDS"] is None
 
-    table = db.version
+    table = rust(db).version
     with db.engine.begin() as conn:
         for key, text in [("a", "(Apache-2.0 OR MIT) AND BSD-3-Clause"), ("syn", "Foo-Bar")]:
             conn.execute(
@@ -151,7 +145,7 @@ async def test_licenses_check_over_the_database(
     await crawl(db, registry, ["cc", "syn", "a", "noapi"])
     got = versions(db)
     assert got[("syn", "1.0.0")]["LICENSE_EXPRESSION"] == "MIT OR Apache-2.0"  # from MIT/Apache
-    table = db.version
+    table = rust(db).version
     with db.engine.begin() as conn:
         for key, text in [("a", "MIT AND GPL-3.0"), ("cc", "Foo-Bar")]:
             conn.execute(update(table).where(table.c.PRODUCT_KEY == key).values(LICENSE=text))
@@ -216,7 +210,7 @@ def test_classifier_failures_during_collect_are_redone_by_backfill(
     db = Database(db_url)
     with db.engine.connect() as conn:
         licensed = conn.execute(
-            select(db.version.c.LICENSE_AI).where(db.version.c.LICENSE.is_not(None))
+            select(rust(db).version.c.LICENSE_AI).where(rust(db).version.c.LICENSE.is_not(None))
         ).all()
     assert licensed and all(r[0] is None for r in licensed)
 
@@ -227,6 +221,6 @@ def test_classifier_failures_during_collect_are_redone_by_backfill(
     assert filled["filled"] == len(licensed) and filled["failed"] == 0
     with db.engine.connect() as conn:
         values = conn.execute(
-            select(db.version.c.LICENSE_AI).where(db.version.c.LICENSE.is_not(None))
+            select(rust(db).version.c.LICENSE_AI).where(rust(db).version.c.LICENSE.is_not(None))
         ).all()
     assert {r[0] for r in values} == {f"[{MIT}]"}

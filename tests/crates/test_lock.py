@@ -22,6 +22,7 @@ from stagecrawl.errors import InputError
 from stagecrawl.storage.db import Database
 from tests.cli import stagecrawl
 from tests.crates.conftest import Registry
+from tests.crates.kernel import rust
 from tests.crates.registry import INDEX
 
 CRATES_IO = "registry+https://github.com/rust-lang/crates.io-index"
@@ -147,7 +148,7 @@ def urls(registry: Registry) -> list[str]:
 def events(db_url: str) -> dict[tuple[str, str], dict[str, object]]:
     db = Database(db_url)
     with db.engine.connect() as conn:
-        rows = conn.execute(select(db.list)).all()
+        rows = conn.execute(select(rust(db).list)).all()
     db.dispose()
     return {(r.NAME, r.VERSION): dict(r._mapping) for r in rows}
 

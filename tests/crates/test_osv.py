@@ -16,17 +16,13 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from stagecrawl.crates.osv import (
-    ImportReport,
-    affected_crates,
-    import_advisories,
-    read_advisories,
-    vuln_id,
-)
+from stagecrawl.sca.osv_import import ImportReport
+from stagecrawl.sca.osv_read import read_advisories
 from stagecrawl.storage.db import Database
 from stagecrawl.testing.origin import TestOrigin
 from tests.cli import stagecrawl
 from tests.crates.conftest import Registry
+from tests.crates.kernel import affected_crates, import_advisories, rust, vuln_id
 from tests.crates.test_pipeline import crawl
 from tests.services import SHARED
 
@@ -119,8 +115,8 @@ def test_last_affected_open_end_versions_list_and_merged_entries() -> None:
 def hits(db: Database) -> dict[str, set[str]]:
     with db.engine.connect() as conn:
         rows = conn.execute(
-            select(db.vuln_hit.c.VERSION, db.vuln_hit.c.VULN_ID).where(
-                db.vuln_hit.c.PRODUCT_KEY == "smallvec"
+            select(rust(db).vuln_hit.c.VERSION, rust(db).vuln_hit.c.VULN_ID).where(
+                rust(db).vuln_hit.c.PRODUCT_KEY == "smallvec"
             )
         )
         result: dict[str, set[str]] = {}
@@ -142,10 +138,10 @@ async def test_import_scope_hits_reimport_and_withdrawal(db_url: str, registry: 
     report = ImportReport()
     import_advisories(db, read_advisories(zip_of(records), report.read), "collected", report)
     assert report.advisories == len(records)
-    raw = table(db, db.vuln_raw)
+    raw = table(db, rust(db).vuln_raw)
     # RAW keeps every advisory (audit answers for any crate); the scope limits the CVE table.
     assert {r["PRODUCT_KEY"] for r in raw} == {"smallvec", "tar", "openssl", "hyper", "chrono"}
-    assert {r["PRODUCT_KEY"] for r in table(db, db.vuln_v1)} == {"smallvec", "tar"}
+    assert {r["PRODUCT_KEY"] for r in table(db, rust(db).vuln_v1)} == {"smallvec", "tar"}
     # smallvec versions hand-checked against each advisory's events:
     #  RUSTSEC-2018-0018 CVE-2018-25023 (,0.6.13)
     #  RUSTSEC-2018-0003 CVE-2018-20991 …|[0.6.0-0,0.6.3)
@@ -160,7 +156,7 @@ async def test_import_scope_hits_reimport_and_withdrawal(db_url: str, registry: 
         "1.0.0": {"CVE-2021-25900"},
         "1.6.0": {"CVE-2021-25900"},
     }
-    v1 = {(r["PRODUCT_KEY"], r["VULN_ID"]): r for r in table(db, db.vuln_v1)}
+    v1 = {(r["PRODUCT_KEY"], r["VULN_ID"]): r for r in table(db, rust(db).vuln_v1)}
     assert v1[("tar", "CVE-2018-20990")]["VULN_RANGE"] == "(,0.4.16)"
     assert v1[("tar", "CVE-2018-20990")]["MAPPED_TYPE"] == "RE"
     assert all(vid.startswith("CVE-") for _, vid in v1)
@@ -168,7 +164,7 @@ async def test_import_scope_hits_reimport_and_withdrawal(db_url: str, registry: 
     again = ImportReport()
     import_advisories(db, read_advisories(zip_of(records), again.read), "collected", again)
     assert again.raw_written == 0 and again.unchanged == report.pairs == len(raw)
-    assert {(r["PRODUCT_KEY"], r["VULN_ID"]): r for r in table(db, db.vuln_v1)} == v1
+    assert {(r["PRODUCT_KEY"], r["VULN_ID"]): r for r in table(db, rust(db).vuln_v1)} == v1
 
     withdrawn = copy.deepcopy(record("RUSTSEC-2021-0003"))
     withdrawn["modified"] = "2030-01-01T00:00:00Z"
@@ -177,18 +173,18 @@ async def test_import_scope_hits_reimport_and_withdrawal(db_url: str, registry: 
     import_advisories(db, read_advisories(zip_of([withdrawn]), newer.read), "collected", newer)
     assert newer.raw_written == 1 and newer.withdrawn == 1
     assert ("smallvec", "CVE-2021-25900") not in {
-        (r["PRODUCT_KEY"], r["VULN_ID"]) for r in table(db, db.vuln_v1)
+        (r["PRODUCT_KEY"], r["VULN_ID"]) for r in table(db, rust(db).vuln_v1)
     }
     assert "1.0.0" not in hits(db)
-    raw_row = next(r for r in table(db, db.vuln_raw) if r["OSV_ID"] == "RUSTSEC-2021-0003")
+    raw_row = next(r for r in table(db, rust(db).vuln_raw) if r["OSV_ID"] == "RUSTSEC-2021-0003")
     assert raw_row["WITHDRAWN"] is not None
 
     every = ImportReport()
     import_advisories(db, read_advisories(zip_of(records), every.read), "all", every)
-    crates = {r["PRODUCT_KEY"] for r in table(db, db.vuln_raw)}
+    crates = {r["PRODUCT_KEY"] for r in table(db, rust(db).vuln_raw)}
     assert {"openssl", "hyper", "chrono", "time"} - crates == {"time"}  # no time record here
     assert ("openssl", "RUSTSEC-2023-0022") not in {
-        (r["PRODUCT_KEY"], r["VULN_ID"]) for r in table(db, db.vuln_v1)
+        (r["PRODUCT_KEY"], r["VULN_ID"]) for r in table(db, rust(db).vuln_v1)
     }  # GHSA-only advisory: RAW, not V1
 
 
@@ -319,7 +315,7 @@ def test_malformed_records_are_skipped_by_id_and_the_import_goes_on(tmp_path: Pa
     assert "RUSTSEC-2099-0002: affected is not a list" in summary[0]
     assert "RUSTSEC-2099-0003: affected[0].ranges[0]: introduced 'x.y'" in summary[0]
     stored = Database(db)
-    assert {(r["OSV_ID"], r["PRODUCT_KEY"]) for r in table(stored, stored.vuln_raw)} == {
+    assert {(r["OSV_ID"], r["PRODUCT_KEY"]) for r in table(stored, rust(stored).vuln_raw)} == {
         ("RUSTSEC-2016-0001", "openssl"),
         ("RUSTSEC-2099-0003", "broken"),  # stored, with no range: it hits nothing
     }
@@ -340,7 +336,7 @@ def test_fields_of_the_wrong_type_skip_their_record_or_field_not_the_import(
     records = [record("RUSTSEC-2016-0001"), no_list, odd_severity]
     import_advisories(db, read_advisories(zip_of(records), report.read), "all", report)
     assert report.problems == ["RUSTSEC-2099-0004: aliases is not a list of strings"]
-    assert {(r["OSV_ID"], r["PRODUCT_KEY"]) for r in table(db, db.vuln_raw)} == {
+    assert {(r["OSV_ID"], r["PRODUCT_KEY"]) for r in table(db, rust(db).vuln_raw)} == {
         ("RUSTSEC-2016-0001", "openssl"),
         ("RUSTSEC-2099-0005", "rated"),
     }
@@ -352,11 +348,11 @@ def add_collected(db: Database, name: str, versions: list[str]) -> None:
     key = {"LANGUAGE": "rust", "REPOSITORY": "Cargo", "PRODUCT_KEY": name, "NAME": name}
     with db.engine.begin() as conn:
         conn.execute(
-            db.product.insert(),
+            rust(db).product.insert(),
             [{**key, "COMP_STATUS": "ACTIVE", "VERSION_COUNT": len(versions), "LAST_UPDATED": now}],
         )
         conn.execute(
-            db.version.insert(),
+            rust(db).version.insert(),
             [
                 {
                     **key,
@@ -381,12 +377,12 @@ def test_two_advisories_sharing_a_cve_keep_their_ranges_in_every_table(db_url: s
     report = ImportReport()
     import_advisories(db, records, "collected", report)
     ranges = {"RUSTSEC-2022-0096": "(,0.33.1)|[0.34.0,0.34.1)", "RUSTSEC-2022-0101": "(,0.38.2)"}
-    raw = {r["OSV_ID"]: r for r in table(db, db.vuln_raw)}
+    raw = {r["OSV_ID"]: r for r in table(db, rust(db).vuln_raw)}
     assert {k: r["VULN_RANGE"] for k, r in raw.items()} == ranges
     assert "CVE-2022-23636" in json.loads(raw["RUSTSEC-2022-0096"]["ALIASES"])
-    v1 = {(r["VULN_ID"], r["OSV_ID"]): r["VULN_RANGE"] for r in table(db, db.vuln_v1)}
+    v1 = {(r["VULN_ID"], r["OSV_ID"]): r["VULN_RANGE"] for r in table(db, rust(db).vuln_v1)}
     assert v1 == {("CVE-2022-23636", k): v for k, v in ranges.items()}
-    got = {(r["VERSION"], r["OSV_ID"]) for r in table(db, db.vuln_hit)}
+    got = {(r["VERSION"], r["OSV_ID"]) for r in table(db, rust(db).vuln_hit)}
     assert got == {
         ("0.33.0", "RUSTSEC-2022-0096"),
         ("0.33.0", "RUSTSEC-2022-0101"),
@@ -404,11 +400,11 @@ def test_informational_advisories_are_stored_and_kept_out_of_the_cve_table(
     report = ImportReport()
     import_advisories(db, read_advisories(SHARED_ZIP, report.read), "all", report)
     assert report.informational == 476
-    raw = {r["OSV_ID"]: r for r in table(db, db.vuln_raw)}
+    raw = {r["OSV_ID"]: r for r in table(db, rust(db).vuln_raw)}
     assert raw["RUSTSEC-2020-0070"]["INFORMATIONAL"] == "unsound"  # CVEs, no CVSS
     assert raw["RUSTSEC-2023-0056"]["INFORMATIONAL"] == "unsound"  # CVE and a CVSS score
     assert raw["RUSTSEC-2022-0096"]["INFORMATIONAL"] is None
-    v1_ids = {r["OSV_ID"] for r in table(db, db.vuln_v1)}
+    v1_ids = {r["OSV_ID"] for r in table(db, rust(db).vuln_v1)}
     assert "RUSTSEC-2020-0070" not in v1_ids and "RUSTSEC-2023-0056" in v1_ids
     informational_in_v1 = {k for k in v1_ids if raw[k]["INFORMATIONAL"]}
     # only the informational advisories rated with CVSS stay in the CVE table
@@ -427,17 +423,17 @@ def test_ghsa_duplicates_merge_into_the_rustsec_advisory(db_url: str) -> None:
     # an earlier import that stored the GHSA record as its own advisory
     first = ImportReport()
     import_advisories(db, [ghsa], "collected", first)
-    assert {r["OSV_ID"] for r in table(db, db.vuln_hit)} == {"GHSA-43w2-9j62-hq99"}
+    assert {r["OSV_ID"] for r in table(db, rust(db).vuln_hit)} == {"GHSA-43w2-9j62-hq99"}
 
     report = ImportReport()
     import_advisories(db, [ghsa, rustsec], "collected", report)
     assert report.duplicates_merged == 1 and report.advisories == 2
-    raw = table(db, db.vuln_raw)
+    raw = table(db, rust(db).vuln_raw)
     assert [r["OSV_ID"] for r in raw] == ["RUSTSEC-2021-0003"]
     assert "GHSA-43w2-9j62-hq99" in json.loads(raw[0]["ALIASES"])
     assert raw[0]["MODIFIED"] == datetime(2030, 1, 1)  # the later of the two
-    assert {r["OSV_ID"] for r in table(db, db.vuln_v1)} == {"RUSTSEC-2021-0003"}
-    assert {(r["VERSION"], r["OSV_ID"]) for r in table(db, db.vuln_hit)} == {
+    assert {r["OSV_ID"] for r in table(db, rust(db).vuln_v1)} == {"RUSTSEC-2021-0003"}
+    assert {(r["VERSION"], r["OSV_ID"]) for r in table(db, rust(db).vuln_hit)} == {
         ("1.0.0", "RUSTSEC-2021-0003")
     }
 

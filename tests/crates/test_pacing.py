@@ -13,16 +13,16 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from stagecrawl.crates import pipeline
-from stagecrawl.crates.client import CratesClient
-from stagecrawl.crates.config import crates_fetcher
-from stagecrawl.crates.worker import CollectSettings
+from stagecrawl.crates.plugin import REGISTRY
 from stagecrawl.engine.clock import ScaledClock
 from stagecrawl.engine.shutdown import GracefulStop
+from stagecrawl.kernel.collecting import CollectSettings
+from stagecrawl.kernel.phases import collect
 from stagecrawl.settings import Settings
 from stagecrawl.storage.db import Database
 from stagecrawl.testing.origin import TestOrigin
 from stagecrawl.testing.registry import index_line, write_crate
+from tests.crates.kernel import crates_client, rust
 
 SPEEDUP = 20.0
 CRATES = [f"strict-{i:02d}" for i in range(20)]
@@ -54,14 +54,13 @@ def strict(origin: TestOrigin, index: str, api: str) -> None:
 
 async def crawl(db_url: str, index_url: str, api_url: str) -> Any:
     # The defaults: 1/s, 10/s, burst 1, the API budget.
-    s = Settings.resolve({"index_url": index_url, "api_url": api_url}, {})
+    s = Settings.resolve({"crates.index_url": index_url, "crates.api_url": api_url}, {})
     db = Database(db_url)
     stop = GracefulStop()
-    async with crates_fetcher(s, clock=ScaledClock(SPEEDUP)) as fetcher:
-        client = CratesClient(fetcher, s.index_url, s.api_url)
-        report = await pipeline.collect(db, client, CollectSettings(), stop, CRATES)
+    async with crates_client(s, ScaledClock(SPEEDUP)) as client:
+        report = await collect(db, REGISTRY, client, CollectSettings(), stop, CRATES)
     with db.engine.connect() as conn:
-        stored = conn.execute(select(func.count()).select_from(db.version)).scalar_one()
+        stored = conn.execute(select(func.count()).select_from(rust(db).version)).scalar_one()
     db.dispose()
     return report, stored
 

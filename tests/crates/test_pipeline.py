@@ -7,17 +7,16 @@ from typing import Any
 
 from sqlalchemy import select
 
-from stagecrawl.crates import pipeline
-from stagecrawl.crates.client import CratesClient
-from stagecrawl.crates.config import crates_fetcher
 from stagecrawl.crates.names import event_id
-from stagecrawl.crates.queue import COLLECTED, claim, outcome, release
-from stagecrawl.crates.seeding import SeedReport
-from stagecrawl.crates.store import CrateWrite, write_crates
-from stagecrawl.crates.worker import Collector, CollectSettings
+from stagecrawl.crates.plugin import CrateRows
 from stagecrawl.engine.shutdown import GracefulStop
+from stagecrawl.kernel.collecting import Collector, CollectSettings
+from stagecrawl.kernel.phases import seed
+from stagecrawl.kernel.seeding import SeedReport
+from stagecrawl.queue.events import COLLECTED
 from stagecrawl.storage.db import Database
 from tests.crates.conftest import Registry
+from tests.crates.kernel import CRATES, claim, crates_client, event_list, outcome, release, rust
 from tests.crates.registry import INDEX, version_count
 
 
@@ -25,12 +24,11 @@ async def crawl(db: Database, registry: Registry, names: list[str], **settings: 
     """Seed, then collect, as two separate runs (the streaming crawl is tested in the CLI)."""
     s = registry.settings()
     stop = GracefulStop()
-    async with crates_fetcher(s) as fetcher:
-        client = CratesClient(fetcher, s.index_url, s.api_url)
-        seeded = await pipeline.seed(db, client, names, stop) if names else None
-        collector = Collector(db, client, CollectSettings(**settings), stop=stop)
+    async with crates_client(s) as client:
+        seeded = await seed(db, CRATES, client, names, stop) if names else None
+        collector = Collector(db, CRATES, client, CollectSettings(**settings), stop=stop)
         summary = await collector.run()
-    return (seeded.seed if seeded else SeedReport()), summary
+    return (seeded.seed if seeded else SeedReport(CRATES.decl.words)), summary
 
 
 def rows(db: Database, table: Any) -> list[dict[str, Any]]:
@@ -40,7 +38,7 @@ def rows(db: Database, table: Any) -> list[dict[str, Any]]:
 
 
 def versions(db: Database) -> dict[tuple[str, str], dict[str, Any]]:
-    return {(r["PRODUCT_KEY"], r["VERSION"]): r for r in rows(db, db.version)}
+    return {(r["PRODUCT_KEY"], r["VERSION"]): r for r in rows(db, rust(db).version)}
 
 
 ALL = ["a", "cc", "syn", "serde_json", "quick-xml", "noapi", "ghost"]
@@ -87,7 +85,7 @@ async def test_collects_every_version_with_index_as_authority(
     noapi = got[("noapi", "0.1.0")]
     assert noapi["DESCRIPTION"] is None and noapi["LICENSE"] is None and noapi["SCM"] is None
 
-    products = {r["PRODUCT_KEY"]: r for r in rows(db, db.product)}
+    products = {r["PRODUCT_KEY"]: r for r in rows(db, rust(db).product)}
     assert set(products) == {"a", "cc", "syn", "serde_json", "quick-xml", "noapi"}
     assert products["cc"]["LATEST_VERSION"] == "1.0.0"  # 1.0.1 yanked, 1.1.0-beta.1 pre
     assert products["cc"]["VERSION_COUNT"] == 3
@@ -105,7 +103,7 @@ async def test_spellings_merge_into_one_event_and_the_real_name_is_stored(
 ) -> None:
     db = Database(db_url)
     await crawl(db, registry, ["Serde_Json", "serde-json", "QUICK_XML"])
-    events = rows(db, db.list)
+    events = rows(db, rust(db).list)
     assert len(events) == len(INDEX["serde_json"]) + len(INDEX["quick-xml"])
     assert {e["NAME"] for e in events} == {"serde_json", "quick-xml"}
     assert {e["CRATE_NAME"] for e in events} == {"serde-json", "quick-xml"}
@@ -119,9 +117,9 @@ async def test_seed_and_collect_twice_leave_identical_tables(
 ) -> None:
     db = Database(db_url)
     await crawl(db, registry, ALL)
-    first = [rows(db, t) for t in (db.list, db.version, db.product)]
+    first = [rows(db, t) for t in (rust(db).list, rust(db).version, rust(db).product)]
     _, summary = await crawl(db, registry, ALL)
-    assert [rows(db, t) for t in (db.list, db.version, db.product)] == first
+    assert [rows(db, t) for t in (rust(db).list, rust(db).version, rust(db).product)] == first
     assert sum(summary.outcomes.values()) == 0  # nothing claimable the second time
 
 
@@ -130,18 +128,17 @@ async def test_broken_index_goes_to_the_ladder_then_recovers(
 ) -> None:
     db = Database(db_url)
     s = registry.settings()
-    async with crates_fetcher(s) as fetcher:
-        client = CratesClient(fetcher, s.index_url, s.api_url)
-        await pipeline.seed(db, client, ["a", "cc"], GracefulStop())
+    async with crates_client(s) as client:
+        await seed(db, CRATES, client, ["a", "cc"], GracefulStop())
     broken = registry.index.rule("/1/a", invalid_json=True)
     await crawl(db, registry, [])
-    state = {(e["NAME"], e["VERSION"]): e for e in rows(db, db.list)}
+    state = {(e["NAME"], e["VERSION"]): e for e in rows(db, rust(db).list)}
     assert state[("a", "0.1.0")]["PROCESSED"] == 30
     assert "not JSON" in state[("a", "0.1.0")]["LAST_ERROR"]
     assert state[("cc", "1.0.0")]["PROCESSED"] == 1  # the other crate is collected
     registry.index.rules.remove(broken)
     await crawl(db, registry, [])
-    state = {(e["NAME"], e["VERSION"]): e for e in rows(db, db.list)}
+    state = {(e["NAME"], e["VERSION"]): e for e in rows(db, rust(db).list)}
     assert state[("a", "0.1.0")]["PROCESSED"] == 1 and state[("a", "0.1.0")]["LAST_ERROR"] is None
 
 
@@ -159,8 +156,12 @@ async def test_leases_keep_workers_apart_and_a_lost_lease_writes_nothing(
     taken = claim(db, "worker-2", 10, lease_seconds=600)
     assert {e.id for e in taken} == {e.id for e in stale}
     outcomes = [outcome(e, COLLECTED) for e in stale]
-    late = CrateWrite([e.id for e in stale], outcomes)
-    assert write_crates(db, "worker-1", [late]) == [False]
-    state = rows(db, db.list)
+
+    def write(conn: Any, kept: list[int]) -> None:
+        CRATES.write(conn, db, [CrateRows([], {}, {}) for _ in kept])
+
+    queue = event_list(db).queue
+    assert queue.complete("worker-1", [outcomes], write, [[e.id for e in stale]]) == [False]
+    state = rows(db, rust(db).list)
     assert {e["CLAIMED_BY"] for e in state} == {"worker-2"}
     assert {e["PROCESSED"] for e in state} == {0}

@@ -13,6 +13,7 @@ from stagecrawl.testing.origin import TestOrigin
 from stagecrawl.testing.registry import index_line as make_line
 from stagecrawl.testing.registry import write_crate
 from tests.cli import stagecrawl
+from tests.crates.kernel import rust
 
 CRATES = [f"steady-{i:03d}" for i in range(200)]
 
@@ -36,7 +37,12 @@ def one_version_each(root: Path, names: list[str]) -> None:
 
 def dump(url: str) -> list[list[dict[str, Any]]]:
     db = Database(url)
-    tables = (db.list, db.version, db.product, db.index_state)
+    tables = (
+        rust(db).list,
+        rust(db).version,
+        rust(db).product,
+        rust(db).own["TB_COMP_LIB_RUST_INDEX_STATE"],
+    )
     with db.engine.connect() as conn:
         result = [
             [dict(r._mapping) for r in conn.execute(select(t).order_by(*t.primary_key.columns))]

@@ -14,9 +14,10 @@ from cyclonedx.validation.json import JsonStrictValidator
 from packageurl import PackageURL
 from sqlalchemy import select
 
-from stagecrawl.crates.osv import ImportReport, affected_crates, import_advisories
+from stagecrawl.sca.osv_import import ImportReport
 from stagecrawl.storage.db import Database
 from tests.cli import stagecrawl
+from tests.crates.kernel import affected_crates, import_advisories, rust
 from tests.crates.test_audit import LOCK_V3, ZIP, needs_zip, sarif_validator
 
 pytestmark = needs_zip
@@ -135,6 +136,6 @@ def test_vuln_range_holds_listed_versions_beside_ranges(tmp_path: Path) -> None:
     db = Database(f"sqlite:///{tmp_path / 'r.db'}")
     import_advisories(db, [record], "all", ImportReport())
     with db.engine.connect() as conn:
-        raw = conn.execute(select(db.vuln_raw.c.VULN_RANGE)).scalar_one()
-        v1 = conn.execute(select(db.vuln_v1.c.VULN_RANGE)).scalar_one()
+        raw = conn.execute(select(rust(db).vuln_raw.c.VULN_RANGE)).scalar_one()
+        v1 = conn.execute(select(rust(db).vuln_v1.c.VULN_RANGE)).scalar_one()
     assert raw == v1 == "[1.0.0,1.2.0)|[0.9.3,0.9.3]"

@@ -8,20 +8,18 @@ from typing import Any
 
 from sqlalchemy import event, func, select, update
 
-from stagecrawl.crates.client import index_entry
-from stagecrawl.crates.queue import PENDING, Claimed
-from stagecrawl.crates.seeding import (
-    EVENTS_PER_WRITE,
-    SEEDED,
-    SeedHandler,
-    SeedReport,
-    SeedResult,
-    add_seeds,
-)
-from stagecrawl.engine.fetcher import Validators
+from stagecrawl.kernel.registry import Listing
+from stagecrawl.kernel.seeding import EVENTS_PER_WRITE, SEEDED, SeedHandler, SeedReport, SeedResult
+from stagecrawl.kernel.seeding import add_seeds as kernel_add_seeds
+from stagecrawl.queue import Claimed
+from stagecrawl.queue.events import PENDING
 from stagecrawl.queue.seeds import SEED_CHUNK
 from stagecrawl.storage.db import Database
-from stagecrawl.testing.registry import index_line
+from tests.crates.kernel import CRATES, rust
+
+
+def add_seeds(db: Database, names: list[str]) -> int:
+    return kernel_add_seeds(db, CRATES, names)
 
 
 def _names(count: int) -> list[str]:
@@ -36,7 +34,7 @@ def test_a_long_seed_list_is_queued_whole_in_bounded_statements(db_url: str) -> 
     known = names[SEED_CHUNK - 100 : SEED_CHUNK + 100]  # across a chunk's edge
     add_seeds(db, known)
     with db.engine.begin() as conn:  # seeded before: asked again by the next add_seeds
-        conn.execute(update(db.seed).values(STATE=1))
+        conn.execute(update(rust(db).seed).values(STATE=1))
     sizes: list[int] = []
 
     def count(_conn: Any, _cursor: Any, _sql: str, params: Any, _ctx: Any, many: bool) -> None:
@@ -53,7 +51,9 @@ def test_a_long_seed_list_is_queued_whole_in_bounded_statements(db_url: str) -> 
     # every read and write of the seeding holds one chunk's names at most, not the list's
     assert sizes and max(sizes) <= SEED_CHUNK
     with db.engine.connect() as conn:
-        rows = conn.execute(select(db.seed.c.CRATE_NAME, db.seed.c.NAME, db.seed.c.STATE)).all()
+        rows = conn.execute(
+            select(rust(db).seed.c.CRATE_NAME, rust(db).seed.c.NAME, rust(db).seed.c.STATE)
+        ).all()
     assert sorted(rows) == sorted((name.lower().replace("_", "-"), name, PENDING) for name in names)
 
 
@@ -82,14 +82,13 @@ def test_a_seeding_batch_writes_its_events_a_slice_at_a_time(tmp_path: Any) -> N
     results = []
     for n, versions in enumerate(sizes):
         name = f"slice-{n:03d}"
-        lines = "\n".join(index_line(name, f"0.{v}.0") for v in range(versions))
-        entry = index_entry(lines.encode(), Validators(), name)
-        results.append(SeedResult(Claimed(name, name, PENDING, False, name, ""), entry, SEEDED))
-    handler = SeedHandler(db, SeedReport())
+        listing = Listing(name, {f"0.{v}.0": False for v in range(versions)})
+        results.append(SeedResult(Claimed(name, name, PENDING, False, name, ""), listing, SEEDED))
+    handler = SeedHandler(db, CRATES, SeedReport(CRATES.decl.words), False)
     inserts: list[int] = []
 
     def count(_conn: Any, _cursor: Any, sql: str, params: Any, _ctx: Any, many: bool) -> None:
-        if many and sql.startswith("INSERT") and db.list.name in sql.split("(")[0]:
+        if many and sql.startswith("INSERT") and rust(db).list.name in sql.split("(")[0]:
             inserts.append(len(params))
 
     event.listen(db.engine, "before_cursor_execute", count)
@@ -100,7 +99,7 @@ def test_a_seeding_batch_writes_its_events_a_slice_at_a_time(tmp_path: Any) -> N
     handler.finished(results, [True] * len(results))
     assert handler.report.counts.new == sum(sizes)
     with db.engine.connect() as conn:
-        stored = conn.execute(select(func.count()).select_from(db.list)).scalar_one()
+        stored = conn.execute(select(func.count()).select_from(rust(db).list)).scalar_one()
     assert stored == sum(sizes)
     assert sum(inserts) == sum(sizes) and len(inserts) > 1
     assert max(inserts) == EVENTS_PER_WRITE + 76  # the large crate, whole

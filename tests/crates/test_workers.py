@@ -14,14 +14,15 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from stagecrawl.crates.queue import COLLECTED
 from stagecrawl.engine.fetcher import Fetcher, FetchSettings
 from stagecrawl.engine.ratelimit import Lane, Lanes, Rate
 from stagecrawl.engine.redis_limiter import RedisLimiter
+from stagecrawl.queue.events import COLLECTED
 from stagecrawl.storage.db import Database
 from stagecrawl.testing.origin import TestOrigin
 from stagecrawl.testing.registry import index_line, write_crate
 from tests.cli import spawn, stagecrawl
+from tests.crates.kernel import rust
 from tests.services import MARIADB_URL, POSTGRES_URL, REDIS_URL, drop_stagecrawl_tables
 
 CRATES = [f"fleet-{i:02d}" for i in range(24)]
@@ -74,7 +75,7 @@ def fleet(tmp_path: Path) -> Iterator[tuple[TestOrigin, TestOrigin]]:
 
 def versions(url: str) -> list[tuple[Any, ...]]:
     db = Database(url)
-    t = db.version
+    t = rust(db).version
     with db.engine.connect() as conn:
         rows = conn.execute(select(t).order_by(t.c.PRODUCT_KEY, t.c.VERSION)).all()
     db.dispose()
@@ -131,10 +132,12 @@ def _progress(
     (CLAIMED_BY is host:pid:tag), in one read."""
     with db.reading() as conn:
         collected = conn.execute(
-            select(func.count()).where(db.list.c.PROCESSED == COLLECTED)
+            select(func.count()).where(rust(db).list.c.PROCESSED == COLLECTED)
         ).scalar_one()
         owners = conn.execute(
-            select(db.list.c.CLAIMED_BY).where(db.list.c.CLAIMED_BY.is_not(None)).distinct()
+            select(rust(db).list.c.CLAIMED_BY)
+            .where(rust(db).list.c.CLAIMED_BY.is_not(None))
+            .distinct()
         ).scalars()
         pids = {int(owner.split(":")[1]) for owner in owners}
     return int(collected), [w for w in workers if w.pid in pids and w.poll() is None]
@@ -194,7 +197,7 @@ def test_four_workers_one_killed_share_the_queue_and_the_limit(
 
     db = Database(db_url)
     with db.engine.connect() as conn:
-        states = conn.execute(select(db.list.c.PROCESSED, db.list.c.CLAIMED_BY)).all()
+        states = conn.execute(select(rust(db).list.c.PROCESSED, rust(db).list.c.CLAIMED_BY)).all()
     db.dispose()
     assert len(states) == len(CRATES) * 3
     assert {s.PROCESSED for s in states} == {1} and {s.CLAIMED_BY for s in states} == {None}

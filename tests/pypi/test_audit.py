@@ -8,9 +8,9 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
+from stagecrawl.pypi.sca import PYPI, audit_inputs, audit_pypi, import_osv
 
 from stagecrawl.pypi.locks import parse_lock
-from stagecrawl.pypi.sca import PYPI, audit_inputs, audit_pypi, import_osv
 from stagecrawl.storage.db import Database
 from tests.cli import stagecrawl
 from tests.pypi import osv_reference

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import select
+from stagecrawl.pypi.pipeline import CollectSettings, PyPIEndpoints
 
 from stagecrawl.engine.fetcher import FetchSettings
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.errors import InputError
 from stagecrawl.pypi import pipeline, tables
-from stagecrawl.pypi.pipeline import CollectSettings, PyPIEndpoints
 from stagecrawl.storage.db import Database
 from stagecrawl.testing.pypi_origin import PyPIOrigin
 from tests.pypi.test_collect import expected

@@ -8,11 +8,11 @@ import json
 from pathlib import Path
 
 from sqlalchemy import select
+from stagecrawl.pypi.pipeline import CollectSettings
+from stagecrawl.pypi.refresh import refresh
 
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.pypi import pipeline, tables
-from stagecrawl.pypi.pipeline import CollectSettings
-from stagecrawl.pypi.refresh import refresh
 from stagecrawl.storage.db import Database
 from stagecrawl.testing.pypi_origin import PyPIOrigin
 from tests.cli import stagecrawl

@@ -29,7 +29,7 @@ EVENTS: list[tuple[Any, ...]] = [
     ("eta", 0, False, None, "ghost", ahead(120), None, None, "seed"),
     ("theta", 1, False, None, "w1", ago(120), ago(540), None, "seed"),  # a lease run out
 ]
-# CRATE_NAME, NAME, STATE, RESYNC, LAST_ERROR, NOT_BEFORE
+# the key column (CRATE_NAME, PROJECT_NAME …), NAME, STATE, RESYNC, LAST_ERROR, NOT_BEFORE
 SEEDS: list[tuple[Any, ...]] = [
     ("s1", "S1", 0, False, None, None),
     ("s2", "S2", 31, True, f"fetch {SECRET_URL} failed", None),
@@ -62,7 +62,7 @@ def fill_for_status(url: str) -> datetime:
             [
                 {
                     "ID": hashlib.sha256(f"{name}@{version}".encode()).digest(),
-                    "CRATE_NAME": name.lower(),
+                    t.names.group: name.lower(),
                     "NAME": name,
                     "VERSION": version,
                     "SOURCE": source,
@@ -86,7 +86,7 @@ def fill_for_status(url: str) -> datetime:
             t.seed.insert(),
             [
                 {
-                    "CRATE_NAME": key,
+                    t.names.group: key,
                     "NAME": name,
                     "STATE": state,
                     "RESYNC": resync,

@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event
+from tests.crates.kernel import seed_queue
 
-from stagecrawl.crates.queue import seed_queue
 from stagecrawl.engine.work import LoopSettings, WorkLoop
 from stagecrawl.queue import Claimed, Handler, Outcome, QueueRun, RunSettings
 from stagecrawl.queue.lists import COLLECTED, PENDING
 from stagecrawl.storage.db import Database
+from tests.crates.kernel import rust
 
 STAMP = "2026-01-01 00:00:00.000000"
 LATE = "a00000x"  # added mid-run, among the done names: behind the run's position
@@ -35,7 +36,7 @@ def run_seeds(tmp_path: Path, done: int, pending: int) -> tuple[list[str], int, 
     rows += [(name, name, PENDING) for name in pending_names(pending)]
     with sqlite3.connect(path) as conn:
         conn.executemany(
-            f"INSERT INTO {db.seed.name} (CRATE_NAME, NAME, STATE, RESYNC, LAST_UPDATED)"
+            f"INSERT INTO {rust(db).seed.name} (CRATE_NAME, NAME, STATE, RESYNC, LAST_UPDATED)"
             f" VALUES (?, ?, ?, 0, '{STAMP}')",
             rows,
         )
@@ -73,7 +74,7 @@ def run_seeds(tmp_path: Path, done: int, pending: int) -> tuple[list[str], int, 
             if len(taken) == 30:  # another process queues a name behind the run's position
                 with sqlite3.connect(path) as conn:
                     conn.execute(
-                        f"INSERT INTO {db.seed.name} (CRATE_NAME, NAME, STATE, RESYNC,"
+                        f"INSERT INTO {rust(db).seed.name} (CRATE_NAME, NAME, STATE, RESYNC,"
                         f" LAST_UPDATED) VALUES ('{LATE}', '{LATE}', 0, 0, '{STAMP}')"
                     )
             return unit

@@ -14,14 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.crates.kernel import event_list, seed_queue
 
-from stagecrawl.crates.queue import event_list, seed_queue
 from stagecrawl.pauses import Waiting
 from stagecrawl.queue import Workers, waiting_on
 from stagecrawl.queue.lists import PENDING
 from stagecrawl.queue.reads import WorkerReads, registry_reads
 from stagecrawl.storage.db import Database
-from stagecrawl.storage.names import REGISTRIES
+from stagecrawl.registries import DECLARATIONS
 from stagecrawl.storage.reads import ReadSource, SqliteFile, sqlite_file
 from tests.cli import stagecrawl
 from tests.queue.status_rows import fill_for_status
@@ -46,7 +46,7 @@ def filled(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str
 
 def answers(source: ReadSource, code: str) -> dict[str, Any]:
     """Every status read of one registry's tables and the worker table, as plain values."""
-    tables = registry_reads(REGISTRIES[code])
+    tables = registry_reads(next(d.names for d in DECLARATIONS if d.code == code))
     events, seeds, workers = tables.events.queue, tables.seeds, WorkerReads()
     with source.reads() as r:
         return {
@@ -120,7 +120,7 @@ def test_status_reads_answer_alike_on_every_backend_and_both_paths(
         sources.append(SqliteFile(url, path))  # the standard library's path
     want = expected(now)
     for source in sources:
-        for code in REGISTRIES:
+        for code in (d.code for d in DECLARATIONS):
             got = answers(source, code)
             got["holders but alpha"] = sorted(got["holders but alpha"], key=str)
             want["holders but alpha"] = sorted(want["holders but alpha"], key=str)

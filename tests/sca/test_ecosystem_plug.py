@@ -18,6 +18,7 @@ from stagecrawl.sca.ecosystem import Ecosystem, OrderedVersion, VulnTables
 from stagecrawl.sca.osv_import import ImportReport, RegistryState, import_advisories
 from stagecrawl.sca.osv_model import affected_packages
 from stagecrawl.storage.db import Database
+from tests.crates.kernel import rust
 
 SCA = Path(__file__).resolve().parents[2] / "src" / "stagecrawl" / "sca"
 
@@ -94,7 +95,7 @@ def db(tmp_path: Path) -> Database:
 
 def test_import_and_audit_through_the_plug(db: Database) -> None:
     # PyPI's VULN tables have the CARGO tables' schema: the core writes whichever it is given.
-    tables = VulnTables(db.vuln_raw, db.vuln_v1, db.vuln_hit)
+    tables = VulnTables(rust(db).vuln_raw, rust(db).vuln_v1, rust(db).vuln_hit)
     duplicate = {
         "id": "GHSA-aaaa-bbbb-cccc",
         "modified": "2099-01-02T00:00:00Z",
@@ -109,15 +110,17 @@ def test_import_and_audit_through_the_plug(db: Database) -> None:
     import_advisories(db, PYPI, tables, records, "collected", report, state)
     assert report.duplicates_merged == 1 and report.problems == []
     with db.engine.connect() as conn:
-        raw = conn.execute(select(db.vuln_raw.c.OSV_ID, db.vuln_raw.c.PRODUCT_KEY)).all()
-        hits = conn.execute(select(db.vuln_hit.c.VERSION)).scalars().all()
+        raw = conn.execute(
+            select(rust(db).vuln_raw.c.OSV_ID, rust(db).vuln_raw.c.PRODUCT_KEY)
+        ).all()
+        hits = conn.execute(select(rust(db).vuln_hit.c.VERSION)).scalars().all()
     assert [tuple(r) for r in raw] == [("PYSEC-2099-1", "demo-pkg")]  # not the crates.io entry
     assert hits == ["1.1"]
 
     found = audit(
         db,
         PYPI,
-        db.vuln_raw,
+        rust(db).vuln_raw,
         [Package("Demo.Pkg", "1.1.0", ["argument"]), Package("demo_pkg", "1.2", ["argument"])],
     )
     assert [(h.package.version, h.advisory.osv_id) for h in found.hits] == [

@@ -12,6 +12,7 @@ import pytest
 
 from stagecrawl.storage.bulk import BulkUpsert, upsert, upsert_statement
 from stagecrawl.storage.db import Database
+from tests.crates.kernel import rust
 
 COLUMNS = (
     "LANGUAGE",
@@ -60,7 +61,7 @@ def rows(description: str, when: datetime) -> list[tuple[Any, ...]]:
 def raw_table(db: Database) -> list[tuple[Any, ...]]:
     """The stored values as the driver returns them (for SQLite: the stored text itself)."""
     with db.engine.connect() as conn:
-        quote = db.engine.dialect.identifier_preparer.format_table(db.version)
+        quote = db.engine.dialect.identifier_preparer.format_table(rust(db).version)
         result = conn.exec_driver_sql(f"SELECT * FROM {quote}")
         return sorted(tuple(row) for row in result.fetchall())
 
@@ -72,18 +73,18 @@ def write_both_ways(db: Database, writer: str) -> list[tuple[Any, ...]]:
         (r[0], r[1], r[2].upper(), *r[3:5], "second", *r[6:11], datetime(2026, 1, 2)) for r in first
     ]
     with db.engine.begin() as conn:
-        conn.execute(db.version.delete())
+        conn.execute(rust(db).version.delete())
     for batch in (first, second):
         with db.engine.begin() as conn:
             dicts = [dict(zip(COLUMNS, r, strict=True)) for r in batch]
             if writer == "core":
                 update = [c for c in COLUMNS if c not in KEYS]
-                statement = upsert_statement(db.engine.dialect.name, db.version, update)
+                statement = upsert_statement(db.engine.dialect.name, rust(db).version, update)
                 conn.execute(statement, dicts)  # SQLAlchemy's own executemany
             elif writer == "dicts":
-                upsert(conn, db.version, dicts)
+                upsert(conn, rust(db).version, dicts)
             else:
-                BulkUpsert(db.version, COLUMNS).execute(conn, batch)
+                BulkUpsert(rust(db).version, COLUMNS).execute(conn, batch)
     return raw_table(db)
 
 
@@ -99,7 +100,7 @@ def test_bulk_upsert_stores_what_core_upsert_stores(db: Database) -> None:
 
 def test_bulk_upsert_refuses_rows_it_cannot_key(db: Database) -> None:
     with pytest.raises(ValueError, match="key columns"):
-        BulkUpsert(db.version, ["LANGUAGE", "NAME"])
-    writer = BulkUpsert(db.version, COLUMNS)
+        BulkUpsert(rust(db).version, ["LANGUAGE", "NAME"])
+    writer = BulkUpsert(rust(db).version, COLUMNS)
     with db.engine.begin() as conn, pytest.raises(ValueError, match="12 values"):
         writer.execute(conn, [("rust", "Cargo")])

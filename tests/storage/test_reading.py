@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 from sqlalchemy.exc import OperationalError
+from tests.crates.kernel import existing_versions
 
-from stagecrawl.crates.store import existing_versions
 from stagecrawl.storage.db import Database
 from stagecrawl.storage.reads import immutable
+from tests.crates.kernel import rust
 
 
 def _hold_write_lock(path: Path) -> sqlite3.Connection:
@@ -34,7 +35,7 @@ def test_a_read_proceeds_while_another_connection_holds_the_write_lock(tmp_path:
 
     def read() -> None:
         with db.reading() as conn:
-            seen.append(conn.execute(select(func.count()).select_from(db.seed)).scalar_one())
+            seen.append(conn.execute(select(func.count()).select_from(rust(db).seed)).scalar_one())
         seen.append(existing_versions(db, ["serde"]))
 
     # Taking the lock would wait out busy_timeout (30 s); the read must not wait at all.
@@ -57,12 +58,12 @@ def test_a_write_on_a_reading_connection_fails_at_once_and_writers_still_write(
     db = Database(f"sqlite:///{tmp_path / 'db.sqlite'}")
     row = {"CRATE_NAME": "a", "NAME": "a", "STATE": 0, "RESYNC": False}
     with pytest.raises(OperationalError, match="readonly"), db.reading() as conn:
-        conn.execute(db.seed.insert().values(**row, LAST_UPDATED=func.current_timestamp()))
+        conn.execute(rust(db).seed.insert().values(**row, LAST_UPDATED=func.current_timestamp()))
     # The same pooled connection, now writing: the query-only flag followed the role.
     with db.engine.begin() as conn:
-        conn.execute(db.seed.insert().values(**row, LAST_UPDATED=func.current_timestamp()))
+        conn.execute(rust(db).seed.insert().values(**row, LAST_UPDATED=func.current_timestamp()))
     with db.reading() as conn:
-        assert conn.execute(select(func.count()).select_from(db.seed)).scalar_one() == 1
+        assert conn.execute(select(func.count()).select_from(rust(db).seed)).scalar_one() == 1
     db.dispose()
 
 
@@ -71,9 +72,9 @@ def test_read_only_database_still_reads(tmp_path: Path) -> None:
     Database(f"sqlite:///{path}").dispose()
     db = Database(f"sqlite:///{path}", read_only=True)
     with db.reading() as conn:
-        assert conn.execute(select(func.count()).select_from(db.list)).scalar_one() == 0
+        assert conn.execute(select(func.count()).select_from(rust(db).list)).scalar_one() == 0
     with db.engine.connect() as conn:
-        assert conn.execute(select(func.count()).select_from(db.list)).scalar_one() == 0
+        assert conn.execute(select(func.count()).select_from(rust(db).list)).scalar_one() == 0
     db.dispose()
 
 

@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 from sqlalchemy import Column, MetaData, Table, inspect, select
+from stagecrawl.sca.osv_import import ImportReport
+from tests.crates.kernel import import_advisories
 
-from stagecrawl.crates.osv import ImportReport, import_advisories
 from stagecrawl.errors import StorageError
 from stagecrawl.storage.db import Database, build_metadata
+from tests.crates.kernel import rust
 
 # What the previous version created: no LICENSE_EXPRESSION, no INFORMATIONAL, and the VULN
 # tables keyed on the CVE.
@@ -31,7 +33,7 @@ def old_metadata(db: Database) -> MetaData:
     kw: dict[str, Any] = {}
     if db.dialect in ("mysql", "mariadb"):
         kw = {"mysql_charset": "utf8mb4", "mysql_collate": db.collation, "mysql_engine": "InnoDB"}
-    current = build_metadata(db.collation, kw)
+    current = build_metadata(db.collations)
     old = MetaData()
     for table in current.sorted_tables:
         keys = OLD_KEYS.get(table.name, tuple(c.name for c in table.primary_key.columns))
@@ -102,19 +104,21 @@ def test_a_database_of_the_previous_version_is_upgraded(
         db = Database(db_url)
     assert "rebuilding" in caplog.text and "crates vulns" in caplog.text
     live = inspect(db.engine)
-    assert "LICENSE_EXPRESSION" in {c["name"] for c in live.get_columns(db.version.name)}
+    assert "LICENSE_EXPRESSION" in {c["name"] for c in live.get_columns(rust(db).version.name)}
     # the LIST's claim indexes (an older LIST has none of them): claims read through them
-    indexes = {str(ix["name"]) for ix in live.get_indexes(db.list.name)}
+    indexes = {str(ix["name"]) for ix in live.get_indexes(rust(db).list.name)}
     assert {"IX_RUST_LIST_PROCESSED_CRATE", "IX_RUST_LIST_RESYNC_CRATE"} <= indexes
-    assert live.get_pk_constraint(db.vuln_v1.name)["constrained_columns"] == [
+    assert live.get_pk_constraint(rust(db).vuln_v1.name)["constrained_columns"] == [
         "PRODUCT_KEY",
         "VULN_ID",
         "OSV_ID",
     ]
     with db.engine.connect() as conn:
-        kept = conn.execute(select(db.version.c.LICENSE, db.version.c.LICENSE_EXPRESSION)).all()
+        kept = conn.execute(
+            select(rust(db).version.c.LICENSE, rust(db).version.c.LICENSE_EXPRESSION)
+        ).all()
         assert [tuple(r) for r in kept] == [("MIT/Apache-2.0", None)]  # collected data stays
-        assert conn.execute(select(db.vuln_v1)).all() == []  # derived: rebuilt empty
+        assert conn.execute(select(rust(db).vuln_v1)).all() == []  # derived: rebuilt empty
     # …and `crates vulns` refills it
     record = {
         "id": "RUSTSEC-2099-0001",
@@ -129,9 +133,9 @@ def test_a_database_of_the_previous_version_is_upgraded(
     }
     import_advisories(db, [record], "collected", ImportReport())
     with db.engine.connect() as conn:
-        assert len(conn.execute(select(db.vuln_hit)).all()) == 1
+        assert len(conn.execute(select(rust(db).vuln_hit)).all()) == 1
     db.dispose()
     again = Database(db_url)  # a second start changes nothing
     with again.engine.connect() as conn:
-        assert len(conn.execute(select(again.vuln_hit)).all()) == 1
+        assert len(conn.execute(select(rust(again).vuln_hit)).all()) == 1
     again.dispose()

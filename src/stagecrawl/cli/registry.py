@@ -452,7 +452,9 @@ def add_sca_commands(app: typer.Typer, decl: RegistryDecl) -> None:
                 registry, s, options["source"], options["scope"],
                 options["max_archive_mb"] * 1024 * 1024, options["max_entry_kb"] * 1024, stop,
             )  # fmt: skip
-            code = EXIT_OK
+            # A record skipped as malformed fails the import (exit 1; the rest is stored); an
+            # advisory part that cannot be read is a warning (kept in RAW, said in the audit)
+            code = EXIT_PARTIAL if report.problems else EXIT_OK
             deliver(vulns_text(decl, report, fmt, options["scope"]), options["output"], code)
             return code
 

@@ -122,6 +122,7 @@ def print_reasons(decl: RegistryDecl, report: CollectReport, waiting: bool = Tru
     """Why something failed, one whole line per package on stderr, in either format: what a
     user reads first when the exit code is not 0; then the waiting line, unless the caller
     prints its own (`waiting=False`: refresh says what waits in all)."""
+    w = decl.words
     lines: list[tuple[str, str]] = []
     seed = report.seed
     if seed is not None:
@@ -142,7 +143,7 @@ def print_reasons(decl: RegistryDecl, report: CollectReport, waiting: bool = Tru
             lines.append(("failed", f"… and {left} more (stagecrawl status lists them)"))
     for name, problems in sorted(_problems(report).items())[:MAX_REASON_LINES]:
         more = f" (+{len(problems) - 10} more)" if len(problems) > 10 else ""
-        lines.append(("skipped", f"{name}: {'; '.join(problems[:10])}{more}"))
+        lines.append(("skipped", f"{name}: {w.problems_line}: {'; '.join(problems[:10])}{more}"))
     for kind, text in lines:
         line(kind, text, "bold red" if kind == "failed" else "yellow")
     if waiting:  # work not attempted: one line, off the retry ladder
@@ -182,7 +183,7 @@ def render_refresh(decl: RegistryDecl, report: RefreshRunReport, fmt: Format) ->
     for name, reason in sorted(checked.failed.items()):
         line("failed", f"{name}: {reason}", "bold red")
     for name, problems in sorted(checked.problems.items()):
-        line("skipped", f"{name}: {'; '.join(problems[:10])}")
+        line("skipped", f"{name}: {w.problems_line}: {'; '.join(problems[:10])}")
     if collected is not None and fmt is Format.json:
         print_reasons(decl, collected, waiting=False)
     # one line for what waits in all: the packages not asked and the events not attempted
@@ -286,8 +287,9 @@ def vulns_text(decl: RegistryDecl, report: ImportReport, fmt: str, scope: str) -
         shown = "; ".join(report.problems[:MAX_REASON_LINES])
         more = f" (+{len(report.problems) - MAX_REASON_LINES} more)"
         line(
-            f"{len(report.problems)} advisory parts could not be read (kept in RAW, warned)",
+            f"{len(report.problems)} malformed advisory parts skipped",
             shown + (more if len(report.problems) > MAX_REASON_LINES else ""),
+            "bold red",
         )
     return summary_text(fmt, "vulns", rows, public(report))
 

@@ -27,6 +27,7 @@ from stagecrawl.components import open_database
 from stagecrawl.engine.progress import summary_table
 from stagecrawl.errors import StorageError
 from stagecrawl.pauses import Waiting
+from stagecrawl.storage.names import SCHEMA, behind_text
 from stagecrawl.queue.lists import PENDING, STATE_NAMES
 from stagecrawl.queue.reads import WorkerReads, registry_reads
 from stagecrawl.queue.table import utcnow
@@ -52,6 +53,9 @@ def database_status(s: Settings) -> dict[str, Any]:
             if "locked" in str(exc):  # its busy timeout is waited out: no second wait below
                 raise StorageError(f"cannot read {mask_url(s.db)}: {exc}") from None
             # told below, as by every command (an older table, a file not stagecrawl's)
+    from stagecrawl.registries import declare_tables
+
+    declare_tables()  # the Database path knows every registry's tables by their declarations
     return _database_status(open_database(s, read_only=True))
 
 
@@ -63,6 +67,17 @@ def _database_status(source: ReadSource) -> dict[str, Any]:
     document: dict[str, Any] = {}
     with source.reads() as r:
         present = {name.upper() for name in r.table_names()}
+        stored: dict[str, int] = {}
+        if SCHEMA.upper() in present:
+            sql = f"SELECT {r.q('PART')}, {r.q('VERSION')} FROM {r.q(SCHEMA)}"
+            stored = {str(p): int(v) for p, v in r.rows(sql)}
+    behind = [
+        f"{d.code} schema {stored.get(d.code, 0)}, now {d.names.schema_version}"
+        for d in DECLARATIONS
+        if d.names.list.upper() in present and stored.get(d.code, 0) < d.names.schema_version
+    ]
+    if behind:
+        raise StorageError(behind_text(source.safe_url, behind))
     for decl in DECLARATIONS:
         if decl.names.list.upper() in present:
             document[decl.cli] = registry_status(source, decl)
@@ -102,13 +117,7 @@ def registry_status(source: ReadSource, decl: RegistryDecl) -> dict[str, Any]:
         "products": products,
         "workers": live_workers(source, decl),
         "lease_holders": lease_holders(source, decl),
-        "waiting": None
-        if waiting is None
-        else {
-            "events": waiting.rows,
-            "until": f"{waiting.until:%Y-%m-%dT%H:%M:%SZ}",
-            "reason": waiting.reason,
-        },
+        "waiting": None if waiting is None else waiting.as_json(),
     }
 
 
@@ -294,7 +303,9 @@ def _registry_tables(decl: RegistryDecl, part: dict[str, Any]) -> None:
         print_table(held)
     if part.get("waiting"):
         w = part["waiting"]
-        out_console.print(f"{w['events']} event(s) not attempted, waiting: {escape(w['reason'])}")
+        out_console.print(
+            f"{w['items']} seed(s) and event(s) not attempted, waiting: {escape(w['reason'])}"
+        )
 
 
 def demo(

@@ -116,13 +116,14 @@ class IndexEntry:
 def index_entry(content: bytes, validators: Validators, name: str | None = None) -> IndexEntry:
     """An index file as the pipeline keeps it (the file of crate `name`: lines naming another
     crate are unreadable); its unreadable lines are logged (one warning per crate) and carried
-    in `problems`. Raises IndexFormatError when no line is readable."""
+    in `problems` (said once, in the command's report; here only at debug level). Raises
+    IndexFormatError when no line is readable."""
     parsed = parse_index_file(content, identity_key(name) if name is not None else None)
     real = parsed.versions[-1].name
     if parsed.problems:
         shown = "; ".join(str(p) for p in parsed.problems[:5])
         more = f" (+{len(parsed.problems) - 5} more)" if len(parsed.problems) > 5 else ""
-        log.warning(
+        log.debug(
             "index of %s: %d unreadable line(s) skipped, the other %d versions used: %s%s",
             real,
             len(parsed.problems),

@@ -77,6 +77,7 @@ DECLARATION = RegistryDecl(
         index="the index",
         problems_key="index_problems",
         problems_row="index lines skipped (unreadable)",
+        problems_line="unreadable index lines",
         name_example="serde",
     ),
     section=CratesSettings,

@@ -129,3 +129,11 @@ def evaluate(
 ) -> str | None:
     """A crate's license string against a policy, read as cargo-deny reads crate metadata."""
     return _evaluate(expression, policy, crate, version, CRATES_POLICY_READER)
+
+
+def parse_policy(allow: list[str], deny: list[str], exceptions: list[str]) -> Policy:
+    """A policy from command-line options as `crates licenses check` reads them
+    (`--exception CRATE=LICENSE` or `CRATE@VERSION=LICENSE`, cargo's version requirements)."""
+    from stagecrawl.crates.semver import version_matcher
+
+    return Policy.parse(allow, deny, exceptions, "CRATE", version_matcher)

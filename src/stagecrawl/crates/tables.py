@@ -47,7 +47,14 @@ def _own_tables(metadata: MetaData, c: Collations) -> Sequence[Table]:
     )
 
 
-SCHEMA = register(RegistrySchema(NAMES, version_extra=_version_extra, extra_tables=_own_tables))
+SCHEMA = register(
+    RegistrySchema(
+        NAMES,
+        version_extra=_version_extra,
+        extra_tables=_own_tables,
+        vulns_command="stagecrawl crates vulns",
+    )
+)
 
 
 def versions(db: Database) -> VersionTable:

@@ -31,6 +31,7 @@ class Words:
     # versions): "index_problems" for crates (its JSON has said so since issue 9)
     problems_key: str = "problems"
     problems_row: str = "problems (kept, reported)"  # the same, in a report's table
+    problems_line: str = "problems"  # the same, opening a line on stderr
     name_example: str = "NAME"  # in help: what a name argument looks like
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stagecrawl.components import build_fetcher, effective, open_database
+from stagecrawl.engine.clock import Clock
 from stagecrawl.engine.fetcher import Fetcher
 from stagecrawl.engine.progress import ProgressReporter
 from stagecrawl.engine.shutdown import GracefulStop
@@ -225,16 +226,16 @@ async def check_limiter(fetcher: Fetcher) -> None:
         await check()
 
 
-def registry_fetcher(registry: Registry[Any], s: Settings) -> Fetcher:
+def registry_fetcher(registry: Registry[Any], s: Settings, clock: Clock | None = None) -> Fetcher:
     """The registry's fetcher: its settings checked, its lanes (and the AI classifier's, when
-    one is configured), the limiter they name."""
+    one is configured), the limiter they name (on `clock`: tests run pacing in scaled time)."""
     from stagecrawl.engine.ratelimit import Lane, Rate
 
     registry.check_settings(s)
     lanes = registry.lanes(s)
     if s.ai_license_url:
         lanes.add(Lane("ai", s.ai_license_url, Rate(s.ai_rate)))
-    return build_fetcher(s, lanes)
+    return build_fetcher(s, lanes, clock=clock)
 
 
 def ai_client(s: Settings, fetcher: Fetcher) -> AiLicenseClient | None:

@@ -108,7 +108,7 @@ async def refresh(
             return None
         except (FetchError, UnreadableAnswer) as exc:
             report.checked += 1
-            report.failed[target.name] = f"index: {explain_failure(exc)}"
+            report.failed[target.name] = explain_failure(exc)
             return None
         report.checked += 1
         if answer is None or isinstance(answer, str):

@@ -8,7 +8,7 @@ files and its pin syntax. Each function returns a report for the command to rend
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -74,7 +74,18 @@ def import_records(
     if scope not in SCOPES:
         raise InputError(f"--scope must be 'collected' or 'all', not {scope!r}")
     report = ImportReport()
-    records = read_advisories(data, report.read, max_entry)
+    store_records(db, registry, read_advisories(data, report.read, max_entry), scope, report)
+    return report
+
+
+def store_records(
+    db: Database,
+    registry: Registry[Any],
+    records: Iterable[dict[str, Any]],
+    scope: str,
+    report: ImportReport,
+) -> None:
+    """Advisories already read into the registry's VULN tables (see `import_records`)."""
     products, versions = registry.products(db), registry.versions(db)
 
     def state(conn: Connection) -> RegistryState:
@@ -83,7 +94,6 @@ def import_records(
     import_advisories(
         db, registry.ecosystem, registry.vuln_tables(db), records, scope, report, state
     )
-    return report
 
 
 async def run_vulns(
@@ -243,6 +253,27 @@ def gate_config(
     return merged
 
 
+def audit_packages(
+    db: Database,
+    registry: Registry[Any],
+    packages: Iterable[Package],
+    denied: frozenset[str] = frozenset(),
+) -> AuditReport:
+    """Versions against the registry's stored advisories (collected or not), with the
+    license of each collected one (for the BOM) and which are known yanked; no gate yet."""
+    report = audit(
+        db,
+        registry.ecosystem,
+        registry.vuln_tables(db).raw,
+        packages,
+        denied,
+        import_hint=f"run `stagecrawl {registry.decl.cli} vulns` first",
+    )
+    report.licenses = collected_licenses(db, registry, report.packages)
+    report.yanked = yanked_packages(db, registry, report.packages)
+    return report
+
+
 def audit_gathered(
     db: Database,
     registry: Registry[Any],
@@ -252,19 +283,10 @@ def audit_gathered(
 ) -> AuditReport:
     """The gathered versions against the registry's stored advisories, through the gate."""
     packages = gathered.packages + collected_packages(db, registry, gathered.whole)
-    report = audit(
-        db,
-        registry.ecosystem,
-        registry.vuln_tables(db).raw,
-        packages,
-        denied,
-        import_hint=f"run `stagecrawl {registry.decl.cli} vulns` first",
-    )
+    report = audit_packages(db, registry, packages, denied)
     report.skipped = gathered.skipped
     report.problems = gathered.problems + report.problems
     report.unaudited = list(gathered.unaudited)
-    report.licenses = collected_licenses(db, registry, report.packages)
-    report.yanked = yanked_packages(db, registry, report.packages)
     apply_gate(report, config, utcnow())
     return report
 

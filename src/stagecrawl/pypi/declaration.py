@@ -18,7 +18,7 @@ NAME_MAX = 200
 
 # TB_COMP_LIB_PYPI_LIST (keyed by PROJECT_NAME, the PEP 503 name), TB_COMP_LIB_VERSION_PYPI,
 # TB_COMP_LIB_PRODUCT_PYPI, TB_STAGECRAWL_SEED_PYPI, TB_COMP_LIB_VULN_PYPI_*
-NAMES = registry_names("PYPI", group="PROJECT_NAME", bounds=Bounds(name=NAME_MAX))
+NAMES = registry_names("PYPI", group="PROJECT_NAME", bounds=Bounds(name=NAME_MAX), schema_version=1)
 
 
 @register_section

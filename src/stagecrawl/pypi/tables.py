@@ -84,6 +84,7 @@ SCHEMA = register(
         product_extra=_product_extra,
         dependencies_nullable=True,  # NULL: unknown (never "none", which is [])
         migrations=(Migration(1, "PROJECT_NAME key column, no crates.io columns", _own_words),),
+        vulns_command="stagecrawl pypi vulns",
     )
 )
 

@@ -221,7 +221,7 @@ class Database:
                 behind = self._parts_behind(conn, present)
                 live = inspect(conn)
                 for table in self.metadata.sorted_tables:
-                    if behind or table.name.lower() not in present:
+                    if table.name.lower() not in present:
                         continue
                     have = {c["name"] for c in live.get_columns(table.name)}
                     lacking = [c.name for c in table.columns if c.name not in have]
@@ -230,11 +230,7 @@ class Database:
         except SQLAlchemyError as exc:
             raise StorageError(f"cannot read {self.safe_url}: {_first_line(exc)}") from None
         if behind:
-            raise StorageError(
-                f"{self.safe_url} was made by an older stagecrawl ({'; '.join(behind)}):"
-                f" `stagecrawl upgrade --db URL` upgrades it in place (so does the next"
-                " writing command: seed, collect, crawl …)"
-            )
+            raise StorageError(names.behind_text(self.safe_url, behind))
 
     def _parts_behind(self, conn: Connection, present: set[str]) -> list[str]:
         """The registries whose tables exist at an older schema version than this

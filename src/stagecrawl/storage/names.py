@@ -53,6 +53,9 @@ class RegistryNames:
     group: str = "CRATE_NAME"
     case_sensitive: bool = False
     bounds: Bounds = Bounds()
+    # The schema version of its tables this stagecrawl writes (its migrations reach it:
+    # storage/schema.py checks the two agree); `status` compares it with the stored one.
+    schema_version: int = 0
 
     @property
     def vuln_raw(self) -> str:
@@ -79,6 +82,7 @@ def registry_names(
     group: str = "CRATE_NAME",
     case_sensitive: bool = False,
     bounds: Bounds = Bounds(),
+    schema_version: int = 0,
 ) -> RegistryNames:
     """`TB_COMP_LIB_<code>_LIST`, `TB_COMP_LIB_VERSION_<code>`, `TB_COMP_LIB_PRODUCT_<code>`,
     the seed queue (`TB_STAGECRAWL_SEED_<code>` unless `seed`) and the advisory tables
@@ -93,4 +97,14 @@ def registry_names(
         group=group,
         case_sensitive=case_sensitive,
         bounds=bounds,
+        schema_version=schema_version,
+    )
+
+
+def behind_text(url: str, behind: list[str]) -> str:
+    """What a reader says of a database an older stagecrawl made (one line, every reader)."""
+    return (
+        f"{url} was made by an older stagecrawl ({'; '.join(behind)}): `stagecrawl upgrade"
+        " --db URL` upgrades it in place (so does the next writing command: seed, collect,"
+        " crawl …)"
     )

@@ -60,10 +60,13 @@ class _LongText(UserDefinedType[str]):
 JsonText = Text().with_variant(_LongText(), "mysql", "mariadb")
 BigCount = Integer().with_variant(BigInteger(), "mysql", "mariadb", "postgresql")
 EventId = LargeBinary(32).with_variant(BINARY(32), "mysql", "mariadb")
+
+
 # Tables whose whole content is re-derived by one command (`info={"derived": …}` names it):
 # when an older version created them with another shape, they are dropped and created again,
 # all tables of the same source together (see Database.upgrade).
-DERIVED_FROM_OSV = {"derived": "OSV advisories (`stagecrawl <registry> vulns` refills them)"}
+def derived_from_osv(command: str) -> dict[str, str]:
+    return {"derived": f"OSV advisories (`{command}` refills them)"}
 
 
 @dataclass(frozen=True)
@@ -194,6 +197,7 @@ class RegistrySchema:
     dependencies_nullable: bool = False  # DEPENDENCIES NULL = unknown (PyPI)
     extra_tables: Callable[[MetaData, Collations], Sequence[Table]] = _no_tables
     migrations: tuple[Migration, ...] = ()
+    vulns_command: str = "stagecrawl vulns"  # what refills its advisory tables, in messages
 
     @property
     def version(self) -> int:
@@ -207,6 +211,11 @@ _REGISTERED: dict[str, RegistrySchema] = {}
 
 def register(schema: RegistrySchema) -> RegistrySchema:
     """Declare a registry's tables (called once, by the registry's own table module)."""
+    if schema.version != schema.names.schema_version:
+        raise ValueError(
+            f"registry {schema.names.code}: its names say schema {schema.names.schema_version},"
+            f" its migrations reach {schema.version}"
+        )
     known = _REGISTERED.get(schema.names.code)
     if known is not None and known is not schema:
         raise ValueError(f"registry {schema.names.code} is declared twice")
@@ -339,7 +348,7 @@ def registry_tables(metadata: MetaData, schema: RegistrySchema, c: Collations) -
         Column("LAST_UPDATED", DateTime, nullable=False),
         **kw,
     )
-    raw, v1, hit = _vuln_tables(metadata, n, c)
+    raw, v1, hit = _vuln_tables(metadata, n, c, derived_from_osv(schema.vulns_command))
     own = {t.name: t for t in schema.extra_tables(metadata, c)}
     return RegistryTables(n, events, version, product, seed, raw, v1, hit, own)
 
@@ -350,7 +359,9 @@ def _short(group: str) -> str:
     return "CRATE" if group == "CRATE_NAME" else group
 
 
-def _vuln_tables(metadata: MetaData, n: RegistryNames, c: Collations) -> tuple[Table, Table, Table]:
+def _vuln_tables(
+    metadata: MetaData, n: RegistryNames, c: Collations, derived: dict[str, str]
+) -> tuple[Table, Table, Table]:
     """`TB_COMP_LIB_VULN_<X>_V1` (CVE-keyed rows of the packages in scope), `_RAW` (every
     advisory for every package it names) and `_HIT` (collected versions each advisory hits):
     one schema for every registry."""
@@ -365,7 +376,7 @@ def _vuln_tables(metadata: MetaData, n: RegistryNames, c: Collations) -> tuple[T
         Column("MAPPED_TYPE", String(8), nullable=False),
         Column("MODIFIED", DateTime),
         Column("LAST_UPDATED", DateTime, nullable=False),
-        info=DERIVED_FROM_OSV,
+        info=derived,
         **kw,
     )
     raw = Table(
@@ -385,7 +396,7 @@ def _vuln_tables(metadata: MetaData, n: RegistryNames, c: Collations) -> tuple[T
         Column("MAPPED_TYPE", String(8), nullable=False),
         Column("OSV_JSON", JsonText, nullable=False),
         Column("LAST_UPDATED", DateTime, nullable=False),
-        info=DERIVED_FROM_OSV,
+        info=derived,
         **kw,
     )
     hit = Table(
@@ -396,7 +407,7 @@ def _vuln_tables(metadata: MetaData, n: RegistryNames, c: Collations) -> tuple[T
         Column("OSV_ID", String(64), primary_key=True),
         Column("VULN_ID", String(64), nullable=False),
         Column("LAST_UPDATED", DateTime, nullable=False),
-        info=DERIVED_FROM_OSV,
+        info=derived,
         **kw,
     )
     return raw, v1, hit
