@@ -165,6 +165,7 @@ class SpecsStage:
         self.endpoint = endpoint
         self.models = sorted(models)
         self.batch = min(batch, 50)  # wbgetentities takes at most 50 ids
+        self.maxlag_waits = 0  # maxlag errors met (each waited out like a 429), for the summary
 
     def start_requests(self) -> Iterable[Request]:
         for start in range(0, len(self.models), self.batch):
@@ -183,14 +184,16 @@ class SpecsStage:
                 meta={"ids": ids},
             )
 
-    @staticmethod
-    def rate_limited(response: FetchResult) -> bool:
-        """The Action API answers lag with HTTP 200 and a maxlag error: rate limiting."""
+    def rate_limited(self, response: FetchResult) -> bool:
+        """The Action API answers lag with HTTP 200 and a maxlag error: rate limiting. The
+        fetcher asks once per such answer, so it is counted here."""
         try:
             error = json.loads(response.content).get("error")
         except (ValueError, AttributeError):
             return False
-        return isinstance(error, dict) and error.get("code") == "maxlag"
+        lagging = isinstance(error, dict) and error.get("code") == "maxlag"
+        self.maxlag_waits += lagging
+        return lagging
 
     def parse(self, request: Request, response: FetchResult) -> Iterable[Output]:
         document = response.json()

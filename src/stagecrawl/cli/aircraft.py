@@ -86,8 +86,21 @@ def aircraft_crawl(
 def render(report: AircraftReport, fmt: Format) -> None:
     def tables() -> None:
         for name, summary in report.passes.items():
-            rows = {f"{name} stored": report.stored.get(name, 0), **summary.as_rows()}
-            show(f"aircraft {name}", rows)
+            rows: dict[str, object] = {f"{name} stored": report.stored.get(name, 0)}
+            if name in report.nothing_to_do:
+                rows["nothing to do"] = "every request done, every record stored"
+            if name in report.refetched:
+                rows["done again (the store had lost their records)"] = report.refetched[name]
+            if name in report.refreshed:
+                rows["refreshed: records the source dropped, removed"] = report.dropped[name]
+            show(f"aircraft {name}", rows | summary.as_rows())
+        requests: dict[str, object] = {}
+        for lane in ("sparql", "entities"):
+            requests[f"{lane} requests"] = report.requests.get(lane, 0)
+            requests[f"{lane} 429s"] = report.rate_limited.get(lane, 0)
+        requests["5xx answers"] = report.server_errors
+        requests["maxlag waits"] = report.maxlag_waits
+        show("aircraft requests", requests)
 
     emit(fmt, report.as_json(), tables)
 

@@ -13,6 +13,15 @@ during it; `stagecrawl.queue.ThisRun` keeps it in memory for shared SQL queues, 
 `failed` state keeps it, one process per frontier). A lock file keeps a second process off
 the same frontier.
 
+A frontier opened with `keep_items` also lists, for every done request, the items it gave
+(`items`: request, store, key), so a crawl can check at its start that its stores still hold
+what the frontier counts as done (`lacking`) and fetch again what they lost (`redo`). A crawl
+whose every request is a start request can hand the frontier its whole wish list at once
+(`offer_all`): unfinished requests then follow the URLs of this run, not of the run that queued
+them, and those it no longer wants are forgotten. `read_only=True` opens the file to look,
+for a caller that holds the lock of its folder (no lock file, nothing written or made; on
+read-only media too).
+
 `FrontierQueue` puts it behind the engine's work-loop contract (engine/work.py), together with
 the sink the items go to; every call runs on one dedicated thread, off the event loop.
 """
@@ -67,6 +76,17 @@ CREATE TABLE IF NOT EXISTS requests (
 );
 CREATE INDEX IF NOT EXISTS ix_requests_state ON requests (state, seq);
 """
+ITEMS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS items (
+    request TEXT NOT NULL,
+    store TEXT NOT NULL,
+    key TEXT NOT NULL,
+    PRIMARY KEY (request, store, key)
+) WITHOUT ROWID;
+"""
+# PRAGMA user_version: 1 = every done request's items are listed (the frontier kept them from
+# its first request on); 0 = a frontier written before, or without `keep_items` since.
+ITEMS_LISTED = 1
 T = TypeVar("T")
 
 
@@ -76,6 +96,17 @@ class Completion:
     children: Sequence[Request]
     error: str | None = None
     waits: bool = False  # not attempted (a pause): back to pending, off the ladder
+    items: Sequence[Item] = ()
+
+
+@dataclass(frozen=True)
+class Offered:
+    """What `offer_all` did: requests new to the frontier, unfinished ones whose URL changed
+    to this run's, and unfinished ones no longer wanted (forgotten)."""
+
+    added: int = 0
+    retargeted: int = 0
+    forgotten: int = 0
 
 
 class Outcome(Protocol):
@@ -94,14 +125,34 @@ class Outcome(Protocol):
     @property
     def waits(self) -> bool: ...
 
+    @property
+    def items(self) -> Sequence[Item]: ...
+
 
 class Frontier:
-    def __init__(self, path: Path | str | None = None, ladder: RetryLadder = LADDER) -> None:
+    def __init__(
+        self,
+        path: Path | str | None = None,
+        ladder: RetryLadder = LADDER,
+        keep_items: bool = False,
+        read_only: bool = False,
+    ) -> None:
         """`path=None` keeps the frontier in memory (no resume)."""
         self.path = Path(path) if path is not None else None
         self.retry = ladder
         self.max_attempts = ladder.max_failures
+        self.keep_items = keep_items
+        self.read_only = read_only
         self._lock = contextlib.ExitStack()
+        if read_only:
+            if self.path is None:
+                raise ValueError("a read-only frontier needs a file")
+            self.db = _open_read_only(self.path)
+            self.resumed = self._count(INFLIGHT)  # what opening it to crawl would put back
+            self.retried = self._count(FAILED)
+            self.items_listed = self._user_version() >= ITEMS_LISTED and self._has_items()
+            self._rows_per_insert = 1
+            return
         if self.path is not None:
             self._lock.enter_context(
                 exclusive(
@@ -123,6 +174,7 @@ class Frontier:
                 self.db.execute(
                     "ALTER TABLE requests ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0"
                 )
+            self._list_items(keep_items)
         except sqlite3.Error as exc:
             self._lock.close()
             raise StorageError(f"cannot open frontier {self.path}: {exc}") from exc
@@ -135,6 +187,34 @@ class Frontier:
         self.retried = self.db.execute(
             "UPDATE requests SET state = ? WHERE state = ?", (PENDING, FAILED)
         ).rowcount
+
+    def _list_items(self, keep_items: bool) -> None:
+        """Make the items table; say whether it lists every done request's items."""
+        listed = self._user_version() >= ITEMS_LISTED
+        if keep_items:
+            if not self._has_items():
+                self.db.executescript(ITEMS_SCHEMA)
+                # complete only if nothing was done before (a frontier written without it)
+                empty = self.db.execute("SELECT 1 FROM requests LIMIT 1").fetchone() is None
+                listed = empty
+                self.db.execute(f"PRAGMA user_version = {ITEMS_LISTED if empty else 0}")
+        elif listed:  # done requests from now on are not listed: the list is no longer whole
+            self.db.execute("PRAGMA user_version = 0")
+            listed = False
+        self.items_listed = listed
+
+    def _user_version(self) -> int:
+        return int(self.db.execute("PRAGMA user_version").fetchone()[0])
+
+    def _has_items(self) -> bool:
+        row = self.db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'items'"
+        ).fetchone()
+        return row is not None
+
+    def _count(self, state: int) -> int:
+        row = self.db.execute("SELECT COUNT(*) FROM requests WHERE state = ?", (state,))
+        return int(row.fetchone()[0])
 
     def close(self) -> None:
         self.db.close()
@@ -218,7 +298,8 @@ class Frontier:
             updates.append(
                 (f"UPDATE requests SET state = {DONE}, error = NULL WHERE key IN ({marks})", keys)
             )
-        if len(updates) == 1 and not children and not failed and not waiting:
+        listed = self.keep_items and bool(done)
+        if len(updates) == 1 and not children and not failed and not waiting and not listed:
             self.db.execute(*updates[0])
             return 0
         with self._transaction():
@@ -227,6 +308,8 @@ class Frontier:
                 added = self._insert(children)
             for update in updates:
                 self.db.execute(*update)
+            if listed:
+                self._list(completions, done)
             if failed:
                 self.db.executemany(
                     "UPDATE requests SET attempts = attempts + 1, error = ?,"
@@ -239,6 +322,118 @@ class Frontier:
                     f"UPDATE requests SET state = {PENDING}, error = ? WHERE key = ?", waiting
                 )
         return added
+
+    def _list(self, completions: Sequence[Outcome], done: Sequence[str]) -> None:
+        """The items of the done requests replace what they gave before (a request done
+        again, its source changed)."""
+        self._delete_items(done)
+        rows = [
+            (c.request.key, item.store, item.key)
+            for c in completions
+            if c.error is None
+            for item in c.items
+        ]
+        per_statement = max(1, self.db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // 3)
+        for start in range(0, len(rows), min(ROWS_PER_INSERT, per_statement)):
+            chunk = rows[start : start + min(ROWS_PER_INSERT, per_statement)]
+            self.db.execute(
+                "INSERT OR IGNORE INTO items (request, store, key)"
+                f" VALUES {','.join(['(?, ?, ?)'] * len(chunk))}",
+                [value for row in chunk for value in row],
+            )
+
+    def _delete_items(self, keys: Sequence[str]) -> None:
+        for start in range(0, len(keys), KEYS_PER_UPDATE):
+            chunk = keys[start : start + KEYS_PER_UPDATE]
+            self.db.execute(
+                f"DELETE FROM items WHERE request IN ({','.join('?' * len(chunk))})", chunk
+            )
+
+    def offer_all(self, requests: Sequence[Request]) -> Offered:
+        """Every request the crawl wants now, for a crawl whose every request is a start
+        request (no children: an unfinished request not offered here is forgotten). New ones
+        are added; pending and failed ones take the URL and meta offered now (this run's
+        endpoint, not the one of the run that queued them); pending and failed ones not
+        offered are forgotten. Done and given-up requests stay as they are."""
+        wanted = {r.key: r for r in requests}
+        with self._transaction():
+            unfinished = self.db.execute(
+                "SELECT key, url, meta FROM requests WHERE state IN (?, ?, ?)",
+                (PENDING, INFLIGHT, FAILED),
+            ).fetchall()
+            forgotten = [key for key, _url, _meta in unfinished if key not in wanted]
+            retarget = []
+            for key, url, meta in unfinished:
+                offered = wanted.get(key)
+                if offered is None:
+                    continue
+                row = self._row(offered)
+                if (url, meta) != (row[1], row[3]):
+                    retarget.append((row[1], row[3], key))
+            for start in range(0, len(forgotten), KEYS_PER_UPDATE):
+                chunk = forgotten[start : start + KEYS_PER_UPDATE]
+                marks = ",".join("?" * len(chunk))
+                self.db.execute(f"DELETE FROM requests WHERE key IN ({marks})", chunk)
+            if self.keep_items:
+                self._delete_items(forgotten)
+            if retarget:
+                self.db.executemany("UPDATE requests SET url = ?, meta = ? WHERE key = ?", retarget)
+            added = self._insert([self._row(r) for r in wanted.values()])
+        return Offered(added, len(retarget), len(forgotten))
+
+    def known(self, keys: Iterable[str]) -> set[str]:
+        """Which of `keys` the frontier knows, in any state."""
+        found: set[str] = set()
+        listed = list(keys)
+        for start in range(0, len(listed), KEYS_PER_UPDATE):
+            chunk = listed[start : start + KEYS_PER_UPDATE]
+            marks = ",".join("?" * len(chunk))
+            found.update(
+                row[0]
+                for row in self.db.execute(
+                    f"SELECT key FROM requests WHERE key IN ({marks})", chunk
+                )
+            )
+        return found
+
+    def done_requests(self) -> list[Request]:
+        return [
+            Request(
+                url=r[1], callback=r[2], meta={} if r[3] == NO_META else json.loads(r[3]), key=r[0]
+            )
+            for r in self.db.execute(
+                "SELECT key, url, callback, meta FROM requests WHERE state = ? ORDER BY seq",
+                (DONE,),
+            )
+        ]
+
+    def done_items(self) -> dict[str, list[tuple[str, str]]]:
+        """The items each done request gave, (store, key), as far as they are listed
+        (`items_listed` says whether every done request's are)."""
+        if not self._has_items():
+            return {}
+        given: dict[str, list[tuple[str, str]]] = collections.defaultdict(list)
+        for request, store, key in self.db.execute(
+            "SELECT i.request, i.store, i.key FROM items i JOIN requests r ON r.key = i.request"
+            " WHERE r.state = ? ORDER BY i.request",
+            (DONE,),
+        ):
+            given[request].append((store, key))
+        return dict(given)
+
+    def redo(self, keys: Iterable[str]) -> int:
+        """Done requests back to pending (what they gave was lost): how many."""
+        listed = list(keys)
+        changed = 0
+        with self._transaction():
+            for start in range(0, len(listed), KEYS_PER_UPDATE):
+                chunk = listed[start : start + KEYS_PER_UPDATE]
+                changed += self.db.execute(
+                    f"UPDATE requests SET state = {PENDING}, attempts = 0, error = NULL"
+                    f" WHERE state = {DONE} AND key IN ({','.join('?' * len(chunk))})",
+                    chunk,
+                ).rowcount
+        return changed
 
     def release(self, keys: Iterable[str]) -> None:
         """Hand claimed requests back (shutdown before they were processed)."""
@@ -270,6 +465,29 @@ class Frontier:
 
     def _transaction(self) -> _Tx:
         return _Tx(self.db)
+
+
+def _open_read_only(path: Path) -> sqlite3.Connection:
+    """`path` opened read-only for a reader no process writes beside (it holds the lock of
+    the frontier's folder). Read as immutable, SQLite makes no file: a plain read-only open
+    of a WAL database leaves a `-wal` and a `-shm` behind, and cannot make them on read-only
+    media. Only commits still in a `-wal` (a killed run's) need the plain open, which reads
+    them."""
+    text = str(path.resolve()).replace("%", "%25").replace("?", "%3F").replace("#", "%23")
+    wal = path.with_name(path.name + "-wal")
+    try:
+        pending = wal.exists() and wal.stat().st_size > 0
+    except OSError:
+        pending = True
+    mode = "mode=ro" if pending else "mode=ro&immutable=1"
+    try:
+        db = sqlite3.connect(
+            f"file:{text}?{mode}", uri=True, isolation_level=None, check_same_thread=False
+        )
+        db.execute("SELECT COUNT(*) FROM requests").fetchone()
+    except sqlite3.Error as exc:
+        raise StorageError(f"cannot read frontier {path}: {exc}") from None
+    return db
 
 
 class _Tx:

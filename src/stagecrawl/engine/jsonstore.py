@@ -6,12 +6,16 @@ when the journal has grown past three times the size of the last compacted file,
 written over a whole run stay a small constant multiple of the final file (O(n), not O(n^2)).
 A journal
 left by a crash is replayed on open; a torn last line (the crash hit mid-write) is ignored.
+`read_store` reads a store the same way without writing anything (a store on read-only media,
+an input another pass wrote), and `remove_stray_temporaries` takes away what a write killed
+between its temp file and its rename left behind.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,9 +40,36 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def _temporary(path: Path) -> Path:
+    return path.with_name(f".{path.name}.{os.getpid()}.{time.time_ns()}.tmp")
+
+
+def stray_temporaries(path: Path) -> list[Path]:
+    """The temp files `atomic_write` made for `path` and never renamed: a process killed
+    between the two (a live writer's own temp file is one too: hold the output's lock)."""
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.[0-9]+\.[0-9]+\.tmp")
+    try:
+        return sorted(p for p in path.parent.iterdir() if pattern.fullmatch(p.name))
+    except OSError:  # no folder: nothing stray
+        return []
+
+
+def remove_stray_temporaries(path: Path) -> int:
+    """Remove what `stray_temporaries` finds; how many went. One that cannot be removed (a
+    read-only folder) stays: it is never read, only in the way of the eye."""
+    removed = 0
+    for stray in stray_temporaries(path):
+        try:
+            stray.unlink()
+        except OSError:
+            continue
+        removed += 1
+    return removed
+
+
 def atomic_write(path: Path, data: bytes) -> None:
     """Write `data` to `path` so a reader sees the old file or the new one, never a mix."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{time.time_ns()}.tmp")
+    tmp = _temporary(path)
     try:
         with open(tmp, "wb") as handle:
             handle.write(data)
@@ -56,7 +87,7 @@ class JsonStore:
 
     def __init__(self, path: Path | str, fsync_every: int = 256) -> None:
         self.path = Path(path)
-        self.journal_path = self.path.with_name(self.path.name + JOURNAL_SUFFIX)
+        self.journal_path = journal_of(self.path)
         self.fsync_every = fsync_every
         self.bytes_written = 0
         self._data: dict[str, Any] = {}
@@ -72,36 +103,11 @@ class JsonStore:
 
     # -- reading ------------------------------------------------------------------------------
     def _load(self) -> None:
-        if self.path.exists():
-            raw = self.path.read_bytes()
-            self._file_bytes = len(raw)
-            if raw.strip():
-                try:
-                    loaded = json.loads(raw)
-                # not JSON, not UTF-8 text, or nested deeper than the decoder recurses
-                except (ValueError, RecursionError) as exc:
-                    raise StorageError(f"{self.path} is not a JSON store: {exc}") from None
-                if not isinstance(loaded, dict):
-                    raise StorageError(f"{self.path} does not hold a JSON object")
-                self._data = loaded
-        if self.journal_path.exists():
-            replayed = 0
-            for line in self.journal_path.read_bytes().splitlines():
-                try:
-                    entry = json.loads(line)
-                except (ValueError, RecursionError):
-                    break  # a torn last line: the crash hit while it was being written
-                if not isinstance(entry, dict) or not ("d" in entry or "k" in entry):
-                    break  # not a line this store wrote: read no further, as for a torn one
-                if "d" in entry:
-                    self._data.pop(entry["d"], None)
-                else:
-                    self._data[entry["k"]] = entry["v"]
-                replayed += 1
-            if replayed:
-                self.checkpoint()
-            else:
-                self.journal_path.unlink()
+        self._data, self._file_bytes, replayed = _read(self.path, self.journal_path)
+        if replayed:
+            self.checkpoint()
+        elif self.journal_path.exists():
+            self.journal_path.unlink()
 
     def __contains__(self, key: object) -> bool:
         return key in self._data
@@ -175,8 +181,15 @@ class JsonStore:
         self.journal_path.unlink(missing_ok=True)
         self._journal_bytes = 0
 
-    def close(self) -> None:
-        if self._pending or self._journal_bytes or not self.path.exists():
+    @property
+    def changed(self) -> bool:
+        """Something was put or deleted since the file was last written."""
+        return bool(self._pending or self._journal_bytes)
+
+    def close(self, create: bool = True) -> None:
+        """Write what changed (nothing else: an unchanged store is not rewritten); a store
+        without a file gets one, empty, unless `create` is False and nothing was put."""
+        if self.changed or (create and not self.path.exists()):
             self.checkpoint()
         elif self._journal is not None:
             self._journal.close()
@@ -190,3 +203,58 @@ class JsonStore:
 
 
 _MISSING = object()
+
+
+def journal_of(path: Path) -> Path:
+    return path.with_name(path.name + JOURNAL_SUFFIX)
+
+
+def read_store(path: Path | str) -> dict[str, Any]:
+    """What a JsonStore at `path` holds (its file, then its journal), read without writing
+    anything; a missing file is an empty store. StorageError if the file is not a store."""
+    path = Path(path)
+    data, _size, _replayed = _read(path, journal_of(path))
+    return data
+
+
+def _read(path: Path, journal: Path) -> tuple[dict[str, Any], int, int]:
+    """The store's data, the file's size, and how many journal lines were replayed."""
+    data: dict[str, Any] = {}
+    size = 0
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raw = None
+    except OSError as exc:
+        raise StorageError(f"cannot read {path}: {exc.strerror}") from None
+    if raw is not None:
+        size = len(raw)
+        if raw.strip():
+            try:
+                loaded = json.loads(raw)
+            # not JSON, not UTF-8 text, or nested deeper than the decoder recurses
+            except (ValueError, RecursionError) as exc:
+                raise StorageError(f"{path} is not a JSON store: {exc}") from None
+            if not isinstance(loaded, dict):
+                raise StorageError(f"{path} does not hold a JSON object")
+            data = loaded
+    replayed = 0
+    try:
+        lines = journal.read_bytes().splitlines()
+    except FileNotFoundError:
+        lines = []
+    except OSError as exc:
+        raise StorageError(f"cannot read {journal}: {exc.strerror}") from None
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except (ValueError, RecursionError):
+            break  # a torn last line: the crash hit while it was being written
+        if not isinstance(entry, dict) or not ("d" in entry or "k" in entry):
+            break  # not a line this store wrote: read no further, as for a torn one
+        if "d" in entry:
+            data.pop(entry["d"], None)
+        else:
+            data[entry["k"]] = entry["v"]
+        replayed += 1
+    return data, size, replayed

@@ -143,13 +143,20 @@ class GracefulStop:
             self.signal = signum
         if self._signals >= 2:
             self._exit_now()
-        log.warning("stopping: finishing %s (interrupt again to exit now)", self.finishing)
+        # said as the signal came: a service manager's SIGTERM is not someone at a keyboard
+        again = (
+            "interrupt again to exit now"
+            if signum == signal.SIGINT
+            else "a second signal exits now"
+        )
+        log.warning("stopping: finishing %s (%s)", self.finishing, again)
         self._requested_at = time.monotonic()
         self._flag.set()
         self.event.set()
 
     def _exit_now(self) -> NoReturn:
-        sys.stderr.write("second interrupt: exiting now; the next run resumes\n")
+        second = "interrupt" if self.signal == signal.SIGINT else "signal"
+        sys.stderr.write(f"second {second}: exiting now; the next run resumes\n")
         sys.stderr.flush()
         os._exit(self.exit_code)
 
