@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from stagecrawl.crates.declaration import CratesSettings
 from stagecrawl.errors import ConfigError
 from stagecrawl.settings import SETTINGS, Settings, settings_table
 
@@ -20,9 +21,10 @@ DOCS = Path(__file__).resolve().parents[1] / "docs" / "operations.md"
 def test_flag_beats_environment_beats_default() -> None:
     env = {"STAGECRAWL_API_RATE": "0.5", "STAGECRAWL_CONCURRENCY": "3"}
     s = Settings.resolve({"crates.api_rate": 2.0}, env)
-    assert (s.section(CratesSettings).api_rate, s.sources["api_rate"]) == (2.0, "flag")
+    assert (s.section(CratesSettings).api_rate, s.sources["crates.api_rate"]) == (2.0, "flag")
     assert (s.concurrency, s.sources["concurrency"]) == (3, "env")
-    assert (s.section(CratesSettings).index_rate, s.sources["index_rate"]) == (10.0, "default")
+    crates = s.section(CratesSettings)
+    assert (crates.index_rate, s.sources["crates.index_rate"]) == (10.0, "default")
 
 
 @pytest.mark.parametrize(
@@ -68,10 +70,9 @@ def test_the_documented_table_is_the_table() -> None:
 
 def test_the_engine_parts_take_their_defaults_from_the_table() -> None:
     """One default per setting: a part built without settings behaves as the table says."""
-    from stagecrawl.crates.worker import CollectSettings
-
     from stagecrawl.engine.fetcher import FetchSettings
     from stagecrawl.engine.work import LoopSettings
+    from stagecrawl.kernel.collecting import CollectSettings
 
     d = Settings.resolve({}, {})
     loop, collect, fetch = LoopSettings(), CollectSettings(), FetchSettings()

@@ -35,38 +35,49 @@ NAMES = ALL_NAMES[:6]
 STALL = 0.5  # seconds each index answer takes: requests in flight show as arrivals within it
 # What each command's flags are observed through in the tests below; a new flag without an
 # observation fails `test_every_declared_flag_is_observed`.
+CRATES_INDEX = {"crates.index_url", "crates.index_rate", "crates.index_burst",
+                "crates.index_budget"}
+CRATES_LANES = CRATES_INDEX | {"crates.api_url", "crates.api_rate", "crates.api_burst",
+                               "crates.api_budget"}
+PYPI_LANES = {"pypi.index_url", "pypi.api_url", "pypi.index_rate", "pypi.api_rate",
+              "pypi.files_rate"}
+NETWORK = {"db", "contact", "concurrency", "redis_url", "grace_period"}
+COLLECTING = NETWORK | {"lease_seconds", "ai_license_url", "ai_rate"}
 OBSERVED = {
-    "crates seed": {"db", "index_url", "api_url", "contact", "index_rate", "index_burst",
-                    "index_budget", "concurrency", "redis_url", "grace_period"},
-    "crates collect": {"db", "index_url", "api_url", "contact", "api_rate", "index_rate",
-                       "api_burst", "index_burst", "api_budget", "index_budget", "concurrency",
-                       "ai_license_url", "ai_rate", "redis_url", "lease_seconds",
-                       "grace_period"},
-    "crates crawl": {"db", "index_url", "api_url", "contact", "api_rate", "index_rate",
-                     "api_burst", "index_burst", "api_budget", "index_budget", "concurrency",
-                     "ai_license_url", "ai_rate", "redis_url", "lease_seconds", "grace_period"},
-    "crates lock": {"cache_dir", "db", "index_url", "api_url", "contact", "index_rate"},
-    "crates refresh": {"db", "index_url", "api_url", "contact", "api_rate", "index_rate",
-                       "api_burst", "index_burst", "api_budget", "index_budget", "concurrency",
-                       "redis_url", "lease_seconds", "grace_period"},
+    "crates seed": CRATES_INDEX | {"crates.api_url"} | NETWORK,
+    "crates collect": CRATES_LANES | COLLECTING,
+    "crates crawl": CRATES_LANES | COLLECTING,
+    "crates lock": CRATES_INDEX | {"crates.api_url", "cache_dir", "db", "contact"},
+    "crates refresh": CRATES_LANES | COLLECTING,
     "crates dbdump": {"db", "contact"},
+    "crates audit": {"crates.index_url", "cache_dir", "db"},
+    "crates licenses check": {"crates.index_url", "cache_dir", "db"},
+    "pypi seed": {"pypi.index_url", "pypi.api_url", "pypi.index_rate"} | NETWORK,
+    "pypi collect": PYPI_LANES | COLLECTING,
+    "pypi crawl": PYPI_LANES | COLLECTING,
+    "pypi refresh": PYPI_LANES | COLLECTING,
+    "pypi lock": {"pypi.index_url", "pypi.api_url", "cache_dir", "db"},
+    "pypi audit": {"cache_dir", "db"},
     "aircraft crawl": {"sparql_url", "entities_url", "sparql_rate", "entities_rate",
                        "aircraft_concurrency", "contact", "grace_period"},
 }  # fmt: skip
 
 
 def declared_settings(path: str) -> set[str]:
-    """The settings a command declares as flags (read from the CLI itself)."""
+    """The settings a command declares as flags (read from the CLI itself), by their names in
+    the table (a registry's own as `crates.index_url`)."""
     first, *rest = path.split()
     command: Any = load(first)
     for part in rest:
         command = command.commands[part]
-    flags = {opt for p in command.params for opt in getattr(p, "opts", [])}
-    return {
-        name
-        for name, s in BY_NAME.items()
-        if s.flag in flags and any(p.name == name for p in command.params)
-    }
+    found = set()
+    for param in command.params:
+        for name in (f"{first}.{param.name}", param.name):
+            setting = BY_NAME.get(name)
+            if setting is not None and setting.flag in getattr(param, "opts", []):
+                found.add(name)
+                break
+    return found
 
 
 @pytest.mark.parametrize("path", sorted(OBSERVED))
@@ -267,7 +278,7 @@ def test_lock_flags(mirror: Mirror, tmp_path: Path) -> None:
     assert mirror.index.log and CONTACT in next(iter(agents(mirror.index)))
     found = Database(db, read_only=True)
     with found.engine.connect() as conn:
-        events = conn.execute(select(func.count()).select_from(found.list)).scalar_one()
+        events = conn.execute(select(func.count()).select_from(rust(found).list)).scalar_one()
     assert events == report["new_events"]
 
 

@@ -16,6 +16,7 @@ from stagecrawl.cli.registry import (
     load,
     pick,
     registry_app,
+    section_params,
     settings,
 )
 from stagecrawl.cli.render import public
@@ -26,7 +27,9 @@ if TYPE_CHECKING:  # the pipeline (aiohttp, SQLAlchemy, the engine) is imported 
     # runs it: `crates --help` builds every command's signature and must not pay for it
     from stagecrawl.engine.shutdown import GracefulStop
 
-app = registry_app(CRATES)
+# cargo resolves a tag without a committed Cargo.lock against the index (a mirror's too)
+INDEX_URL = [p for p in section_params(CRATES, ()) if p.name == "index_url"]
+app = registry_app(CRATES, resolve=INDEX_URL)
 
 PINNED_ONLY = Param(
     "pinned_only",
@@ -40,7 +43,13 @@ PINNED_ONLY = Param(
     ],
     False,
 )
-add_lock_command(app, CRATES, [PINNED_ONLY], expand=lambda options: not options["pinned_only"])
+add_lock_command(
+    app,
+    CRATES,
+    [PINNED_ONLY],
+    expand=lambda options: not options["pinned_only"],
+    lanes=("index",),
+)
 
 
 def dbdump(options: Options) -> None:

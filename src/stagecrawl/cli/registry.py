@@ -91,13 +91,20 @@ def command(
     app.command(name)(callback)
 
 
-def section_params(decl: RegistryDecl) -> list[Param]:
-    """The registry's own settings as flags (`--index-url`, `--api-rate` …), those with one."""
+def section_params(decl: RegistryDecl, lanes: Sequence[str] | None = None) -> list[Param]:
+    """The registry's own settings as flags (`--index-url`, `--api-rate` …), those with one;
+    with `lanes`, every lane's URL (where the registry is: one set of URLs for every command)
+    and the other knobs of these lanes only (`index_rate` … for "index"): a command offers no
+    flag that paces a lane it does not use."""
     prefix = f"{decl.section.KEY}."
     return [
-        Param(row.name.removeprefix(prefix), setting_option(row.name))
+        Param(name, setting_option(row.name))
         for row in BY_NAME.values()
         if row.name.startswith(prefix) and row.flag
+        for name in [row.name.removeprefix(prefix)]
+        if lanes is None
+        or name.endswith("_url")
+        or name.startswith(tuple(f"{lane}_" for lane in lanes))
     ]
 
 
@@ -306,7 +313,7 @@ def add_collect_commands(app: typer.Typer, decl: RegistryDecl) -> None:
     command(
         app,
         "seed",
-        [*seeding, *common, *pick(decl, *NETWORK), *own],
+        [*seeding, *common, *pick(decl, *NETWORK), *section_params(decl, ("index",))],
         lambda o: crawl(o, names=True, collect=False),
         f"Register every version of each {w.unit} (from {w.index}) in the LIST table.",
     )
@@ -365,9 +372,11 @@ def add_lock_command(
     decl: RegistryDecl,
     extra: Sequence[Param] = (),
     expand: Callable[[Options], bool] = lambda _options: False,
+    lanes: Sequence[str] = (),
 ) -> None:
     """`lock`: a project's pins, from lock files or a repository's tags. `expand`: whether
-    every version of each locked package is registered (crates' default), from the options."""
+    every version of each locked package is registered (crates' default), from the options;
+    `lanes`: those lock mode asks (crates: the index, and cargo resolves against it)."""
     w = decl.words
 
     def lock(options: Options) -> None:
@@ -414,15 +423,18 @@ def add_lock_command(
             *pick(decl, "tag", "tags_matching", "all_tags", "lockfile"),
             label,
             *extra,
-            *pick(decl, "fmt", "quiet", "cache_dir", "db", "contact"),
-            *section_params(decl),
+            *pick(decl, "fmt", "quiet", "cache_dir", "db"),
+            *(pick(decl, "contact") if lanes else []),
+            *section_params(decl, lanes),
         ],
         lock,
         f"Register the {w.units} a project's lock files pin, per git tag (or lock files you have).",
     )
 
 
-def add_sca_commands(app: typer.Typer, decl: RegistryDecl) -> None:
+def add_sca_commands(app: typer.Typer, decl: RegistryDecl, resolve: Sequence[Param]) -> None:
+    """vulns, audit, licenses check and backfill; `resolve`: the registry's flags a lock file
+    is resolved with at a repository's tag (crates: cargo against --index-url)."""
     w = decl.words
     inputs = pick(decl, "targets", "lockfile", "repo", "tag", "tags_matching", "all_tags")
 
@@ -558,7 +570,7 @@ def add_sca_commands(app: typer.Typer, decl: RegistryDecl) -> None:
     command(
         app,
         "audit",
-        [*inputs, *gate_params(decl), *pick(decl, "cache_dir", "db"), *section_params(decl)],
+        [*inputs, *gate_params(decl), *pick(decl, "cache_dir", "db"), *resolve],
         audit,
         f"Which stored advisories hit {w.unit} versions — any version, collected or not (run"
         f" `{decl.cli} vulns` first). Exit 1 when a finding fails the gate, 2 on bad input or"
@@ -617,7 +629,7 @@ def add_sca_commands(app: typer.Typer, decl: RegistryDecl) -> None:
             ),
             text_format,
             *pick(decl, "output", "quiet", "config", "cache_dir", "db"),
-            *section_params(decl),
+            *resolve,
         ],
         check,
         f"Licenses the policy does not accept (cargo-deny's semantics): of a project's {w.units}"
@@ -748,13 +760,14 @@ def gate_params(decl: RegistryDecl) -> list[Param]:
     ]
 
 
-def registry_app(decl: RegistryDecl) -> typer.Typer:
-    """The `stagecrawl <registry> …` group every registry has."""
+def registry_app(decl: RegistryDecl, resolve: Sequence[Param] = ()) -> typer.Typer:
+    """The `stagecrawl <registry> …` group every registry has (`resolve`: see
+    `add_sca_commands`)."""
     app = typer.Typer(
         help=f"The {decl.title} pipeline: seed, collect, crawl, lock, audit…",
         no_args_is_help=True,
         rich_markup_mode=None,  # click's plain help: `--limit N`, not a `<int>` column
     )
     add_collect_commands(app, decl)
-    add_sca_commands(app, decl)
+    add_sca_commands(app, decl, resolve)
     return app

@@ -13,6 +13,7 @@ only the pins (crates' default: lock mode then seeds the packages a project uses
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -277,9 +278,12 @@ async def run_lock(
     report = LockReport(registry.decl.words.units)
     for path in sources.lockfiles:  # from disk alone: nothing cloned or asked
         read_lockfile(registry, path)
-    async with registry_fetcher(registry, s) as fetcher:  # settings checked before a clone
+    # With `expand` the source is asked: its settings are checked before a clone; pins alone
+    # ask nothing of the registry (a Python lock file is its own resolution).
+    fetcher = registry_fetcher(registry, s) if expand else None
+    async with fetcher or contextlib.nullcontext():
         inputs = await read_sources(registry, s, sources, stop)
-        client = registry.client(fetcher, s) if expand else None
+        client = registry.client(fetcher, s) if fetcher is not None else None
         db: Database | None = None
         for read in inputs:
             if stop.requested:
@@ -300,5 +304,6 @@ async def run_lock(
                     break
             if report.interrupted:
                 break
-        report.settings = effective(fetcher, {})
+        if fetcher is not None:
+            report.settings = effective(fetcher, {})
     return report
