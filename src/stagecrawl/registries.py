@@ -28,4 +28,6 @@ def declare_tables() -> None:
 
 
 def load_all() -> list[Registry[Any]]:
-    return [decl.load() for decl in DECLARATIONS]
+    from stagecrawl.kernel.registry import load as load_registry
+
+    return [load_registry(decl) for decl in DECLARATIONS]

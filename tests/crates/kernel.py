@@ -155,7 +155,7 @@ def vuln_id(advisory: dict[str, Any]) -> str:
 def backfill(db: Database, recompute_all: bool = False) -> BackfillReport:
     """The crates VERSION table's license columns from the stored LICENSE, no network."""
     matcher = LicenseMatcher.load(db, CRATES.license_reader)
-    return sca_backfill(db, CRATES.versions(db).table, matcher, recompute_all)
+    return sca_backfill(CRATES.versions(db), matcher, recompute_all)
 
 
 def check_database(db: Database, policy: Policy) -> LicenseCheck:

@@ -235,10 +235,11 @@ COLLECTING = (*NETWORK, "lease_seconds", "ai_license_url", "ai_rate")
 def load(decl: RegistryDecl) -> Registry[Any]:
     """The registry's work, and every registry's tables declared (a command's database holds
     them all, as `status` shows)."""
+    from stagecrawl.kernel.registry import load as load_registry
     from stagecrawl.registries import declare_tables
 
     declare_tables()
-    return decl.load()
+    return load_registry(decl)
 
 
 def settings(decl: RegistryDecl, options: Options) -> Settings:

@@ -267,7 +267,9 @@ def summary_text(
 
 def vulns_text(decl: RegistryDecl, report: ImportReport, fmt: str, scope: str) -> str:
     w = decl.words
-    primary = decl.load().ecosystem.primary_prefix.rstrip("-")
+    from stagecrawl.kernel.registry import load as load_registry
+
+    primary = load_registry(decl).ecosystem.primary_prefix.rstrip("-")
     rows = {
         "advisories read": report.advisories,
         f"GHSA duplicates merged into {primary}": report.duplicates_merged,

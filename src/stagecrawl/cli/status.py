@@ -27,11 +27,11 @@ from stagecrawl.components import open_database
 from stagecrawl.engine.progress import summary_table
 from stagecrawl.errors import StorageError
 from stagecrawl.pauses import Waiting
-from stagecrawl.storage.names import SCHEMA, behind_text
 from stagecrawl.queue.lists import PENDING, STATE_NAMES
 from stagecrawl.queue.reads import WorkerReads, registry_reads
 from stagecrawl.queue.table import utcnow
 from stagecrawl.secrets import mask_url, redact_data
+from stagecrawl.storage.names import SCHEMA, behind_text
 from stagecrawl.storage.reads import ReadSource, SqliteFile, file_uri, sqlite_file
 
 if TYPE_CHECKING:

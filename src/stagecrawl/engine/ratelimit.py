@@ -23,7 +23,6 @@ The GCRA here and its Lua twin in redis_limiter.py keep all of it in one atomic 
 
 from __future__ import annotations
 
-import enum
 import logging
 import math
 from collections import deque
@@ -35,6 +34,7 @@ from urllib.parse import urlsplit
 
 from stagecrawl.engine.clock import Clock, RealClock
 from stagecrawl.engine.shutdown import GracefulStop, Unsent, sleep_unless_stopped
+from stagecrawl.engine.waits import WaitReason as WaitReason  # re-exported: the pacing's word
 from stagecrawl.settings import parse_budget
 
 log = logging.getLogger("stagecrawl.pacing")
@@ -241,33 +241,6 @@ class Adaptive:
     quiet_period: float = 60.0  # seconds without a 429 before the rate climbs one step
     recover_step: float = 0.1  # fraction of the nominal rate added per quiet period
 
-
-class WaitReason(enum.StrEnum):
-    """Why a request could not go yet. Ours (the lane's rate, a budget) is not the server's
-    (a 429 cooldown): logs and stop summaries say which, and a unit given back keeps it.
-    A host's cooldown also keeps who asked for it (`RETRY_AFTER`: the server; `BACKOFF`:
-    our backoff after a 429 that named no time): stored reasons and summaries name it."""
-
-    LANE_RATE = "lane_rate"  # our own pacing: the lane's token bucket
-    BUDGET = "budget"  # our own budget window (e.g. 600 requests per 10 minutes) is spent
-    COOLDOWN = "cooldown"  # the host answered 429: its Retry-After, or our backoff after it
-    BACKOFF = "backoff"  # our backoff: after a transient failure, or a 429 without a time
-    RETRY_AFTER = "retry_after"  # the source of a cooldown the server asked for (Retry-After)
-    STOP = "stop"  # no wait: the stop came before the request was sent
-
-    @property
-    def text(self) -> str:
-        return _REASON_TEXT[self]
-
-
-_REASON_TEXT = {
-    WaitReason.LANE_RATE: "our lane's rate",
-    WaitReason.BUDGET: "our request budget",
-    WaitReason.COOLDOWN: "the server's 429 cooldown",
-    WaitReason.BACKOFF: "our backoff",
-    WaitReason.RETRY_AFTER: "the server's Retry-After",
-    WaitReason.STOP: "nothing (stopped before sending)",
-}
 
 # Grants remembered per lane (see `Grants`): enough for a test's or a benchmark's run, bounded
 # so that a long crawl's memory stays flat.

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 from stagecrawl.settings import DEFAULTS
 
 if TYPE_CHECKING:
-    from stagecrawl.engine.ratelimit import WaitReason
+    from stagecrawl.engine.waits import WaitReason
 
 log = logging.getLogger("stagecrawl.shutdown")
 T = TypeVar("T")

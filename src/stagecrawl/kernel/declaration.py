@@ -4,20 +4,16 @@ The command line builds a registry's commands and their help from it, `stagecraw
 reads its tables by the names in it (standard library only: on SQLite status loads no
 SQLAlchemy), and `stagecrawl audit DIR` finds its lock files by the patterns in it. The
 registry's work (clients, parsers, rows) is imported only when a command runs it
-(`RegistryDecl.load`).
+(`kernel.registry.load`).
 """
 
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
 from stagecrawl.settings import Section
 from stagecrawl.storage.names import RegistryNames
-
-if TYPE_CHECKING:
-    from stagecrawl.kernel.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -69,9 +65,3 @@ class RegistryDecl:
     def declare_tables(self) -> None:
         """Its tables declared (their module imported), its clients not loaded."""
         importlib.import_module(self.tables)
-
-    def load(self) -> Registry[Any]:
-        """The registry's work (its module imported now)."""
-        module, _, attribute = self.plugin.partition(":")
-        found: Registry[Any] = getattr(importlib.import_module(module), attribute)
-        return found

@@ -58,6 +58,11 @@ class LockSources:
             )
         if self.repo is None and (self.tags or self.tags_matching or self.all_tags):
             # a tag without a repository would be silently ignored
+            if self.lockfiles:  # a lock file is one resolution already
+                raise InputError(
+                    "--tag, --tags-matching and --all-tags choose a repository's tags;"
+                    " with --lockfile give none (--label names its input)"
+                )
             raise InputError(
                 "--tag, --tags-matching and --all-tags choose a repository's tags: give the"
                 " repository too"
@@ -273,8 +278,9 @@ async def run_lock(
     """`<registry> lock`: the inputs are checked (a bad lock file refused) before anything is
     asked or opened; then each input's pins are registered. The database is opened on the
     first registration: an input that fails throughout creates nothing."""
-    if not sources:
+    if not sources or (sources.repo and sources.lockfiles):
         raise InputError("give either a repository or --lockfile PATH")
+    sources.check()  # the options before any file is read
     report = LockReport(registry.decl.words.units)
     for path in sources.lockfiles:  # from disk alone: nothing cloned or asked
         read_lockfile(registry, path)

@@ -61,6 +61,7 @@ class RefreshReport:
     problems: dict[str, list[str]] = field(default_factory=dict)
     interrupted: bool = False
     not_checked: int = 0  # left when a stop came; the next refresh asks them
+    plan: str = ""  # how the registry chose what to ask (a feed, serials), if it did
 
     @property
     def has_problems(self) -> bool:
@@ -80,6 +81,7 @@ class RefreshReport:
             self.words.problems_key: dict(sorted(self.problems.items())),
             "interrupted": self.interrupted,
             "not_checked": self.not_checked,
+            **({"plan": self.plan} if self.plan else {}),
         }
 
 
@@ -123,13 +125,19 @@ async def refresh(
             if listing is not None:
                 apply_change(db, registry, listing, report)
 
-    targets = await asyncio.to_thread(registry.refresh_targets, db, list(names))
+    plan = await registry.refresh_plan(client, db, list(names))
+    targets = plan.targets
+    report.plan = plan.note
     queue: MemoryQueue[RefreshTarget, Listing | None] = MemoryQueue(targets, commit)
     loop = WorkLoop(queue, check, settings or LoopSettings(), stop)
     stats = await loop.run()
     report.interrupted = stats.interrupted
     report.not_checked = queue.released + len(targets) - stats.claimed
     report.changed.sort()
+    whole = not (report.interrupted or report.not_checked or report.failed)
+    if plan.save is not None and whole and not report.not_asked.reasons:
+        # the feed's cursor moves only with the work it implies (every target applied)
+        await asyncio.to_thread(db.transaction, plan.save)
     return report
 
 

@@ -115,6 +115,19 @@ class RefreshTarget:
 
 
 @dataclass
+class RefreshPlan:
+    """What a refresh asks about: the stored packages to ask again (a registry with a change
+    feed names only those that changed), and what the next refresh starts from (a feed's
+    cursor), saved by `save` only once every target was asked and its change applied — with
+    the work it implies, so a refresh stopped anywhere and run again misses nothing."""
+
+    targets: list[RefreshTarget]
+    save: Callable[[Connection], None] | None = None
+    note: str = ""  # how the targets were chosen, for the report ("4 of 400 moved")
+    requests: int = 0  # requests the plan itself cost (a root listing, feed pages)
+
+
+@dataclass
 class LockInput:
     """One lock file read: where it is, its kind, its pins (name, version, line), and what
     it names that is not a registry pin (a git or path source, an unpinned line), with why."""
@@ -232,6 +245,14 @@ class Registry(ABC, Generic[C]):
     def refresh_targets(self, db: Database, names: Sequence[str]) -> list[RefreshTarget]:
         """The stored packages a refresh asks about (all, or those of `names`)."""
 
+    async def refresh_plan(self, client: C, db: Database, names: Sequence[str]) -> RefreshPlan:
+        """Which stored packages to ask again: by default every one (a registry without a
+        change feed, such as crates.io's sparse index, asks each with a conditional GET); a
+        registry with a feed (PyPI's serials, Go's index) narrows it to what changed."""
+        import asyncio
+
+        return RefreshPlan(await asyncio.to_thread(self.refresh_targets, db, list(names)))
+
     @abstractmethod
     async def refresh_one(self, client: C, target: RefreshTarget) -> Listing | str | None:
         """The package's listing if it changed since `target.stored`; else None (a 304) or
@@ -305,3 +326,13 @@ class Registry(ABC, Generic[C]):
         from stagecrawl.sca.audit import Package
 
         return Package(name, version, [source])
+
+
+def load(decl: RegistryDecl) -> Registry[Any]:
+    """A registry's work from its declaration (its module imported now)."""
+    import importlib
+
+    module, _, attribute = decl.plugin.partition(":")
+    found = getattr(importlib.import_module(module), attribute)
+    assert isinstance(found, Registry), decl.plugin
+    return found

@@ -517,14 +517,11 @@ async def run_backfill(
     database = open_database(s)
     matcher = LicenseMatcher.load(database, registry.license_reader)
     versions = registry.versions(database)
-    report = await asyncio.to_thread(backfill, database, versions.table, matcher, recompute_all)
+    report = await asyncio.to_thread(backfill, versions, matcher, recompute_all)
     ai_report: AiBackfillReport | None = None
     if s.ai_license_url:
         lanes = Lanes([Lane("ai", s.ai_license_url, Rate(s.ai_rate))])
         async with build_fetcher(s, lanes) as fetcher:
             client = AiLicenseClient(fetcher, s.ai_license_url)
-            identity = {"LANGUAGE": registry.language, "REPOSITORY": registry.repository}
-            ai_report = await backfill_ai(
-                database, versions.table, identity, client, stop, s.concurrency
-            )
+            ai_report = await backfill_ai(versions, client, stop, s.concurrency)
     return report, ai_report

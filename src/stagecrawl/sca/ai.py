@@ -6,16 +6,17 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-
-from sqlalchemy import Table, bindparam, select, update
+from typing import TYPE_CHECKING
 
 from stagecrawl.engine.fetcher import Fetcher
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.engine.work import LoopSettings, MemoryQueue, WorkLoop
 from stagecrawl.errors import FetchError
-from stagecrawl.storage.db import Database
+
+if TYPE_CHECKING:
+    from stagecrawl.storage.owners import VersionTable
 
 log = logging.getLogger("stagecrawl.licenses")
 
@@ -29,53 +30,35 @@ class AiBackfillReport:
 
 
 async def backfill_ai(
-    db: Database,
-    table: Table,
-    identity: Mapping[str, str],
+    versions: VersionTable,
     client: AiLicenseClient,
     stop: GracefulStop | None = None,
     concurrency: int = 4,
 ) -> AiBackfillReport:
     """Ask the classifier again for every row whose LICENSE_AI is NULL (a failure during
     collect, or a classifier added later), on the work loop: one call per distinct text, the
-    rows of each batch of answers updated in one transaction. `table` is the registry's
-    VERSION table; `identity` its fixed key columns (LANGUAGE, REPOSITORY) and their values."""
+    rows of each batch of answers updated (through the table's owner) in one transaction."""
     report = AiBackfillReport()
-    query = select(table.c.PRODUCT_KEY, table.c.VERSION, table.c.LICENSE).where(
-        table.c.LICENSE_AI.is_(None),
-        table.c.LICENSE.is_not(None),
-        *(table.c[column] == value for column, value in identity.items()),
-    )
-    rows = db.read(lambda conn: conn.execute(query).all())
+    rows = versions.without_license_ai()
     report.rows = len(rows)
     by_text: dict[str, list[tuple[str, str]]] = {}
-    for r in rows:
-        if str(r.LICENSE).strip():
-            by_text.setdefault(str(r.LICENSE), []).append((r.PRODUCT_KEY, r.VERSION))
+    for key, version, text in rows:
+        if text.strip():
+            by_text.setdefault(text, []).append((key, version))
     report.texts = len(by_text)
-    statement = (
-        update(table)
-        .where(
-            *(table.c[column] == value for column, value in identity.items()),
-            table.c.PRODUCT_KEY == bindparam("k_key"),
-            table.c.VERSION == bindparam("k_version"),
-        )
-        .values(LICENSE_AI=bindparam("LICENSE_AI"))
-    )
 
     async def ask(text: str) -> tuple[str, str | None]:
         return text, await client.classify(text)
 
     def commit(answers: Sequence[tuple[str, str | None]]) -> None:
         updates = [
-            {"k_key": key, "k_version": version, "LICENSE_AI": ids}
+            (key, version, ids)
             for text, ids in answers
             if ids is not None
             for key, version in by_text[text]
         ]
         report.filled += len(updates)
-        if updates:
-            db.transaction(lambda conn: conn.execute(statement, updates))
+        versions.set_license_ai(updates)
 
     queue: MemoryQueue[str, tuple[str, str | None]] = MemoryQueue(sorted(by_text), commit)
     await WorkLoop(queue, ask, LoopSettings(concurrency=concurrency), stop).run()

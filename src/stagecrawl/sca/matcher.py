@@ -10,9 +10,9 @@ import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
-from sqlalchemy import Table, and_, bindparam, or_, select, update
+from sqlalchemy import select
 
 from stagecrawl.sca.reference import ensure_reference, spdx_reference_rows
 from stagecrawl.sca.spdx import (
@@ -26,6 +26,9 @@ from stagecrawl.sca.spdx import (
     leaves,
 )
 from stagecrawl.storage.db import Database, dumps
+
+if TYPE_CHECKING:
+    from stagecrawl.storage.owners import VersionTable
 
 
 @dataclass
@@ -140,66 +143,33 @@ class BackfillReport:
 
 
 def backfill(
-    db: Database, table: Table, matcher: LicenseMatcher, recompute_all: bool = False
+    versions: VersionTable, matcher: LicenseMatcher, recompute_all: bool = False
 ) -> BackfillReport:
-    """Fill STANDARD_LICENSE, LICENSE_IDS and LICENSE_EXPRESSION of a registry's VERSION
-    `table` (keyed LANGUAGE, REPOSITORY, PRODUCT_KEY, VERSION) from its stored LICENSE; no
-    network."""
-    query = select(
-        table.c.LANGUAGE, table.c.REPOSITORY, table.c.PRODUCT_KEY, table.c.VERSION, table.c.LICENSE
-    )
-    if not recompute_all:
-        query = query.where(
-            or_(
-                table.c.LICENSE_IDS.is_(None),
-                and_(table.c.LICENSE_EXPRESSION.is_(None), table.c.LICENSE.is_not(None)),
-            )
-        )
+    """Fill STANDARD_LICENSE, LICENSE_IDS and LICENSE_EXPRESSION of a registry's VERSION rows
+    (through their owner) from the stored LICENSE; no network."""
     report = BackfillReport()
     misses: Counter[str] = Counter()
-    rows = db.read(lambda conn: conn.execute(query).all())
     updates = []
-    for row in rows:
+    for key, version, license_text in versions.license_rows(recompute_all):
         report.rows += 1
-        result = matcher.standardise(row.LICENSE)
-        if row.LICENSE is None:
+        result = matcher.standardise(license_text)
+        if license_text is None:
             report.no_license += 1
         elif result.unmatched or result.expression is None:
             report.unmatched += 1
-            misses[row.LICENSE] += 1
+            misses[license_text] += 1
         else:
             report.matched += 1
         updates.append(
             {
-                "k_lang": row.LANGUAGE,
-                "k_repo": row.REPOSITORY,
-                "k_key": row.PRODUCT_KEY,
-                "k_version": row.VERSION,
+                "key": key,
+                "version": version,
                 "STANDARD_LICENSE": result.standard_license,
                 "LICENSE_IDS": result.license_ids,
                 "LICENSE_EXPRESSION": result.expression,
             }
         )
-    statement = (
-        update(table)
-        .where(
-            table.c.LANGUAGE == bindparam("k_lang"),
-            table.c.REPOSITORY == bindparam("k_repo"),
-            table.c.PRODUCT_KEY == bindparam("k_key"),
-            table.c.VERSION == bindparam("k_version"),
-        )
-        .values(
-            STANDARD_LICENSE=bindparam("STANDARD_LICENSE"),
-            LICENSE_IDS=bindparam("LICENSE_IDS"),
-            LICENSE_EXPRESSION=bindparam("LICENSE_EXPRESSION"),
-        )
-    )
-
-    def write(chunk: list[dict[str, Any]]) -> None:
-        db.transaction(lambda conn: conn.execute(statement, chunk))
-
-    for start in range(0, len(updates), 1000):
-        write(updates[start : start + 1000])
+    versions.set_licenses(updates)
     report.common_unmatched = misses.most_common(10)
     return report
 

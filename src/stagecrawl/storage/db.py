@@ -36,7 +36,13 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.engine import URL, Connection, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.exc import (
+    ArgumentError,
+    DBAPIError,
+    IntegrityError,
+    NoSuchModuleError,
+    SQLAlchemyError,
+)
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.types import UserDefinedType
 
@@ -309,11 +315,19 @@ class Database:
                 self._record(code, schema.version)
 
     def _record(self, part: str, version: int) -> None:
-        from stagecrawl.storage.bulk import upsert
-
-        row = {"PART": part, "VERSION": version, "LAST_UPDATED": _utcnow()}
+        t = self.schema_table
+        now = _utcnow()
         with self.engine.begin() as conn:
-            upsert(conn, self.schema_table, [row])
+            updated = conn.execute(
+                t.update().where(t.c.PART == part).values(VERSION=version, LAST_UPDATED=now)
+            )
+            if updated.rowcount:
+                return
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(t.insert(), [{"PART": part, "VERSION": version, "LAST_UPDATED": now}])
+        except IntegrityError:
+            pass  # another process starting at the same moment recorded it first
 
     def upgrade(self) -> None:
         """Bring tables made by an older stagecrawl to the current shape (`create_all` never

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Table, and_, bindparam, literal, select, update
+from sqlalchemy import Connection, Table, and_, bindparam, literal, or_, select, update
 from sqlalchemy.sql.elements import ColumnElement
 
 from stagecrawl.storage.bulk import BulkUpsert, upsert
@@ -200,6 +200,79 @@ class VersionTable(_Owner):
             )
         )
         return [(str(n), str(v)) for n, v in rows]
+
+    # -- the license columns: every write to them goes through here ------------------------
+
+    def license_rows(self, recompute_all: bool = False) -> list[tuple[str, str, str | None]]:
+        """(PRODUCT_KEY, VERSION, LICENSE) of the rows whose license columns are to be
+        (re)computed: all, or those without LICENSE_IDS or without an expression for a
+        stored LICENSE."""
+        t = self.table
+        query = select(t.c.PRODUCT_KEY, t.c.VERSION, t.c.LICENSE).where(self._mine(t))
+        if not recompute_all:
+            query = query.where(
+                or_(
+                    t.c.LICENSE_IDS.is_(None),
+                    and_(t.c.LICENSE_EXPRESSION.is_(None), t.c.LICENSE.is_not(None)),
+                )
+            )
+        rows = self.db.read(lambda conn: conn.execute(query).all())
+        return [(str(k), str(v), text) for k, v, text in rows]
+
+    def set_licenses(self, updates: Sequence[Mapping[str, Any]]) -> None:
+        """STANDARD_LICENSE, LICENSE_IDS and LICENSE_EXPRESSION of rows by (`key`,
+        `version`), a thousand a transaction."""
+        t = self.table
+        statement = (
+            update(t)
+            .where(
+                self._mine(t),
+                t.c.PRODUCT_KEY == bindparam("k_key"),
+                t.c.VERSION == bindparam("k_version"),
+            )
+            .values(
+                STANDARD_LICENSE=bindparam("STANDARD_LICENSE"),
+                LICENSE_IDS=bindparam("LICENSE_IDS"),
+                LICENSE_EXPRESSION=bindparam("LICENSE_EXPRESSION"),
+            )
+        )
+        rows = [
+            {"k_key": u["key"], "k_version": u["version"]}
+            | {c: u[c] for c in ("STANDARD_LICENSE", "LICENSE_IDS", "LICENSE_EXPRESSION")}
+            for u in updates
+        ]
+        for start in range(0, len(rows), 1000):
+            chunk = rows[start : start + 1000]
+
+            def write(conn: Connection, chunk: list[dict[str, Any]] = chunk) -> None:
+                conn.execute(statement, chunk)
+
+            self.db.transaction(write)
+
+    def without_license_ai(self) -> list[tuple[str, str, str]]:
+        """(PRODUCT_KEY, VERSION, LICENSE) of the rows with a LICENSE and no LICENSE_AI."""
+        t = self.table
+        query = select(t.c.PRODUCT_KEY, t.c.VERSION, t.c.LICENSE).where(
+            self._mine(t), t.c.LICENSE_AI.is_(None), t.c.LICENSE.is_not(None)
+        )
+        rows = self.db.read(lambda conn: conn.execute(query).all())
+        return [(str(k), str(v), str(text)) for k, v, text in rows]
+
+    def set_license_ai(self, updates: Sequence[tuple[str, str, str]]) -> None:
+        """LICENSE_AI of rows by (key, version, value), in one transaction."""
+        t = self.table
+        statement = (
+            update(t)
+            .where(
+                self._mine(t),
+                t.c.PRODUCT_KEY == bindparam("k_key"),
+                t.c.VERSION == bindparam("k_version"),
+            )
+            .values(LICENSE_AI=bindparam("LICENSE_AI"))
+        )
+        rows = [{"k_key": k, "k_version": v, "LICENSE_AI": ids} for k, v, ids in updates]
+        if rows:
+            self.db.transaction(lambda conn: conn.execute(statement, rows))
 
 
 class ProductTable(_Owner):
