@@ -89,7 +89,7 @@ def crates_status(source: ReadSource) -> dict[str, Any]:
         "seeds_pending": pending_seeds,
         "versions": versions,
         "products": products,
-        "workers": live_workers(source),
+        **workers(source),
         **lease_holders(source),
     }
 
@@ -126,10 +126,14 @@ def lease_holders(source: ReadSource) -> dict[str, Any]:
     }
 
 
-def live_workers(source: ReadSource) -> list[dict[str, Any]]:
-    """Workers whose heartbeat is within the last minute, their leases and rates."""
+def workers(source: ReadSource) -> dict[str, Any]:
+    """Workers within their own heartbeat bound (STALE_AFTER), their leases and rates; and
+    those silent past it: dead (a kill -9, a lost machine), until the next run clears them."""
+    now = utcnow()
     with source.reads() as r:
-        rows = WorkerReads().live(r)
+        reads = WorkerReads()
+        rows = reads.live(r, now)
+        silent = reads.silent(r, now)
         leases = registry_reads(RUST).events.queue.leases(r)
     result = []
     for row in rows:
@@ -145,7 +149,17 @@ def live_workers(source: ReadSource) -> list[dict[str, Any]]:
                 "shared_limit": row.shared_limit,
             }
         )
-    return result
+    dead = [
+        {
+            "worker": row.worker,
+            "since": str(row.started),
+            "heartbeat": f"{row.heartbeat:%Y-%m-%dT%H:%M:%SZ}",
+            "dead_since": f"{row.dead_at:%Y-%m-%dT%H:%M:%SZ}",
+            "leased_events": leases.get(row.worker, 0),
+        }
+        for row in silent
+    ]
+    return {"workers": result, "dead_workers": dead}
 
 
 def aircraft_status(out: Path) -> dict[str, Any]:
@@ -257,6 +271,18 @@ def _tables(document: dict[str, Any]) -> None:
                     "redis" if w["shared_limit"] else "own bucket",
                 )
             print_table(table)
+        if crates.get("dead_workers"):
+            dead = Table(
+                title="dead workers (silent past their heartbeat bound; the next run clears them)",
+                title_justify="left",
+            )
+            for column in ("worker", "since", "last heartbeat (UTC)", "leased events"):
+                dead.add_column(column)
+            for w in crates["dead_workers"]:
+                dead.add_row(
+                    escape(w["worker"]), w["since"], w["heartbeat"], str(w["leased_events"])
+                )
+            print_table(dead)
         if crates.get("lease_holders"):
             held = Table(title="leases held (who, how many, since when)", title_justify="left")
             for column in ("worker", "leased events", "since (UTC)", "heartbeat", "state"):
