@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
-from stagecrawl.pauses import Waiting
+from stagecrawl.pauses import Waiting, utc_moment
 from stagecrawl.queue.ladder import ThisRun
 from stagecrawl.queue.lists import list_spec, seed_spec
 from stagecrawl.queue.table import QueueTable, utcnow
@@ -198,7 +198,7 @@ class Holder:
             when = "reclaimable now"
         else:
             assert self.dead_at is not None
-            when = f"reclaiming at {self.dead_at:%H:%M:%S} UTC if it stays silent"
+            when = f"reclaiming at {utc_moment(self.dead_at, now)} if it stays silent"
         return f"{self.rows} rows leased by worker {self.worker} ({beat}); {when}"
 
 
