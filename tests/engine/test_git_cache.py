@@ -320,3 +320,14 @@ async def test_a_failed_clone_leaves_nothing(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="cannot clone"):
         await repo.sync()
     assert cache_listing(tmp_path / "cache") == []
+
+
+async def test_a_remote_gone_is_an_error_and_the_cached_clone_is_kept(
+    synced: GitRepo, small_repo: Path, tmp_path: Path
+) -> None:
+    await synced.sync()
+    shutil.rmtree(small_repo)
+    with pytest.raises(InputError, match="cannot clone"):
+        await synced.sync()
+    assert cache_listing(tmp_path / "cache") == [synced.path.name]
+    assert "requests==2.10.0" in await exported(synced, "v10", tmp_path)

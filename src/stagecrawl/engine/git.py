@@ -116,14 +116,17 @@ class GitRepo:
                 done = await self._fetch(what)
                 if done.returncode == 0:
                     return
-                if await self._whole():  # the entry is fine: the remote or the link failed
+                if await self._whole(deep=True):  # the entry is fine: the remote or link failed
                     raise InputError(f"{what}: {last_error_line(done.stderr)}")
                 log.warning("the cached clone of %s is broken: cloning it again", self.location)
             elif self.path.exists():
                 log.warning(
-                    "the cached clone of %s is not whole (a clone stopped before it ended, or"
-                    " damaged since): cloning it again",
+                    "the cached clone of %s %s: cloning it again",
                     self.location,
+                    "is damaged"
+                    if (self.path / COMPLETE_MARKER).is_file()
+                    else "was never marked whole (a clone stopped before it ended, or one an"
+                    " older stagecrawl made)",
                 )
             await self._clone(what)
 
@@ -166,16 +169,19 @@ class GitRepo:
         fsync_dir(self.path.parent)
         shutil.rmtree(old, ignore_errors=True)
 
-    async def _whole(self) -> bool:
+    async def _whole(self, deep: bool = False) -> bool:
         """Whether the entry is a finished clone whose every ref names an object it has (a cheap
-        check: the objects a ref reaches are read only by an export, see `export`)."""
+        check: the objects a ref reaches are read by an export, see `export`); `deep` (after a
+        fetch failed) also walks every object the refs reach, without the network."""
         if not (self.path / COMPLETE_MARKER).is_file():
             return False
+        check = ["for-each-ref", "--format=%(objecttype)"]
+        if deep:
+            check = ["fsck", "--connectivity-only", "--no-dangling", "--no-progress"]
         done = await self._git(
             "--git-dir",
             str(self.path),
-            "for-each-ref",
-            "--format=%(objecttype)",
+            *check,
             what=f"check of the cached clone of {self.location}",
         )
         return done.returncode == 0
