@@ -7,10 +7,9 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from stagecrawl.queue.table import utcnow
 from tests.acceptance.conftest import NAMES, Mirror, spawn, stagecrawl
 from tests.kills import kill_when, sqlite_count
 
@@ -42,9 +41,11 @@ def test_a_worker_killed_with_9_is_dead_within_its_bound_and_cleared_by_the_next
 
     [(killed, heartbeat, bound)] = worker_rows(path)
     assert bound == 3
-    # Past its own bound (and the second heartbeats are stored to), not a minute later:
+    # Past its own bound (and the second heartbeats are stored to), not a minute later; the
+    # times are judged to the second, so once a whole second later than that:
     dead_at = heartbeat + timedelta(seconds=bound + 1)
-    time.sleep(max(0.0, (dead_at - utcnow()).total_seconds()) + 0.1)
+    later = dead_at + timedelta(seconds=1) - datetime.now(UTC).replace(tzinfo=None)
+    time.sleep(max(0.0, later.total_seconds()))
     shown = stagecrawl("status", "--db", url, "--format", "json")
     assert shown.returncode == 0, shown.stderr
     crates = json.loads(shown.stdout)["crates"]
