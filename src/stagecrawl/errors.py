@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 from urllib.parse import urlsplit
 
+from stagecrawl.pauses import utc_moment
+
 
 class StagecrawlError(Exception):
     """Base class of all stagecrawl errors."""
@@ -103,7 +105,7 @@ class RateLimited(FetchError):
                 s=retry_after
             )
             if until is not None:
-                asked += f" (until {until:%H:%M:%S} UTC)"
+                asked += f" (until {utc_moment(until)})"
         super().__init__(
             f"rate limited after {attempts} attempt(s){asked}: {url}", url=url, attempts=attempts
         )
@@ -117,7 +119,7 @@ class RateLimited(FetchError):
         `index.crates.io asked for a pause until 14:05:07 UTC (server Retry-After)`."""
         parts = urlsplit(self.url)
         host = parts.netloc.rsplit("@", 1)[-1] or self.url
-        when = f"{self.until:%H:%M:%S} UTC" if self.until is not None else "later"
+        when = utc_moment(self.until) if self.until is not None else "later"
         return WAIT_PHRASES.get(self.source, WAIT_PHRASES["retry_after"]).format(
             host=host, until=when
         )

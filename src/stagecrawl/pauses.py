@@ -8,8 +8,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
+
+
+def utc_moment(when: datetime, now: datetime | None = None) -> str:
+    """A moment as a pause (or a deadline) is said: `07:28:01 UTC` when it is today (UTC),
+    `2099-01-01 07:28:01 UTC` on any other day, so a long pause is never read as today's.
+    `when` and `now` are UTC, naive or aware."""
+    if when.tzinfo is not None:
+        when = when.astimezone(UTC).replace(tzinfo=None)
+    now = now or datetime.now(UTC)
+    if now.tzinfo is not None:
+        now = now.astimezone(UTC).replace(tzinfo=None)
+    if when.date() == now.date():
+        return f"{when:%H:%M:%S} UTC"
+    return f"{when:%Y-%m-%d %H:%M:%S} UTC"
 
 
 @dataclass(frozen=True)

@@ -78,7 +78,8 @@ def waiting_line(stderr: str, origin: PyPIOrigin) -> str:
     assert len(lines) == 1, stderr
     host = re.escape(origin.url.split("//", 1)[1])
     assert re.fullmatch(
-        rf"{host} asked for a pause until \d\d:\d\d:\d\d UTC \(server Retry-After\);"
+        rf"{host} asked for a pause until"
+        r" (\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d UTC \(server Retry-After\);"
         r" (nothing sent|\d+ queued item\(s\) wait); rerun after that",
         lines[0],
     ), lines[0]

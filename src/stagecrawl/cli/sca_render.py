@@ -8,11 +8,13 @@ a file it is tab-separated whole lines. `-q` prints nothing when the command suc
 
 from __future__ import annotations
 
+import errno
 import io
 import os
+import secrets
 import shutil
+import stat
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
@@ -63,10 +65,18 @@ def table_text(
 
 
 def atomic_write(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file in the same folder and a rename."""
+    """Write `text` to `path` through a temporary file in the same folder and a rename. The
+    file gets the permissions `> FILE` would give it: a new one follows the umask (and a
+    folder's default ACL), one already there keeps its own mode."""
     folder = path.parent if str(path.parent) else Path(".")
     try:
-        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
+        kept = stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:  # not there yet (or unreadable: then the umask decides)
+        kept = None
+    try:
+        handle, temporary = _create_beside(folder, path.name)
+        if kept is not None:
+            os.fchmod(handle, kept)
     except OSError as exc:  # the error would name the temporary file, not --output
         raise StorageError(f"cannot write --output {path}: {exc.strerror or exc}") from None
     try:
@@ -81,6 +91,19 @@ def atomic_write(path: Path, text: str) -> None:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def _create_beside(folder: Path, name: str) -> tuple[int, str]:
+    """A new file of a name nobody has, opened for writing: made with mode 0666 for the kernel
+    to apply the umask to (tempfile.mkstemp makes 0600 files, whatever the umask)."""
+    for _ in range(100):
+        temporary = str(folder / f".{name}.{secrets.token_hex(6)}.tmp")
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+            return os.open(temporary, flags, 0o666), temporary
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name", str(folder))
 
 
 def check_output(path: Path | None) -> None:

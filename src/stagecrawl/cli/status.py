@@ -115,7 +115,7 @@ def registry_status(source: ReadSource, decl: RegistryDecl) -> dict[str, Any]:
         "seeds_pending": pending_seeds,
         "versions": versions,
         "products": products,
-        "workers": live_workers(source, decl),
+        **workers(source, decl),
         "lease_holders": lease_holders(source, decl),
         "waiting": None if waiting is None else waiting.as_json(),
     }
@@ -143,10 +143,15 @@ def lease_holders(source: ReadSource, decl: RegistryDecl) -> list[dict[str, Any]
     ]
 
 
-def live_workers(source: ReadSource, decl: RegistryDecl) -> list[dict[str, Any]]:
-    """Workers whose heartbeat is within the last minute, their leases and rates."""
+def workers(source: ReadSource, decl: RegistryDecl) -> dict[str, Any]:
+    """Workers within their own heartbeat bound (STALE_AFTER), their leases on this
+    registry's LIST and rates; and those silent past it: dead (a kill -9, a lost machine),
+    until the next run clears them."""
+    now = utcnow()
     with source.reads() as r:
-        rows = WorkerReads().live(r)
+        reads = WorkerReads()
+        rows = reads.live(r, now)
+        silent = reads.silent(r, now)
         leases = registry_reads(decl.names).events.queue.leases(r)
     result = []
     for row in rows:
@@ -162,7 +167,17 @@ def live_workers(source: ReadSource, decl: RegistryDecl) -> list[dict[str, Any]]
                 "shared_limit": row.shared_limit,
             }
         )
-    return result
+    dead = [
+        {
+            "worker": row.worker,
+            "since": str(row.started),
+            "heartbeat": f"{row.heartbeat:%Y-%m-%dT%H:%M:%SZ}",
+            "dead_since": f"{row.dead_at:%Y-%m-%dT%H:%M:%SZ}",
+            "leased_events": leases.get(row.worker, 0),
+        }
+        for row in silent
+    ]
+    return {"workers": result, "dead_workers": dead}
 
 
 def aircraft_status(out: Path) -> dict[str, Any]:
@@ -287,6 +302,16 @@ def _registry_tables(decl: RegistryDecl, part: dict[str, Any]) -> None:
                 "redis" if w["shared_limit"] else "own bucket",
             )
         print_table(table)
+    if part.get("dead_workers"):
+        dead = Table(
+            title="dead workers (silent past their heartbeat bound; the next run clears them)",
+            title_justify="left",
+        )
+        for column in ("worker", "since", "last heartbeat (UTC)", "leased events"):
+            dead.add_column(column)
+        for w in part["dead_workers"]:
+            dead.add_row(escape(w["worker"]), w["since"], w["heartbeat"], str(w["leased_events"]))
+        print_table(dead)
     if part.get("lease_holders"):
         held = Table(title="leases held (who, how many, since when)", title_justify="left")
         for column in ("worker", "leased events", "since (UTC)", "heartbeat", "state"):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
-from stagecrawl.pauses import Waiting
+from stagecrawl.pauses import Waiting, utc_moment
 from stagecrawl.queue.ladder import ThisRun
 from stagecrawl.queue.lists import list_spec, seed_spec
 from stagecrawl.queue.table import QueueTable, utcnow
@@ -198,12 +198,12 @@ class Holder:
             when = "reclaimable now"
         else:
             assert self.dead_at is not None
-            when = f"reclaiming at {self.dead_at:%H:%M:%S} UTC if it stays silent"
+            when = f"reclaiming at {utc_moment(self.dead_at, now)} if it stays silent"
         return f"{self.rows} rows leased by worker {self.worker} ({beat}); {when}"
 
 
 class LiveWorker(NamedTuple):
-    """A worker row whose heartbeat is recent (`WorkerReads.live`)."""
+    """A worker row whose heartbeat is within its own bound (`WorkerReads.live`)."""
 
     worker: str
     started: datetime
@@ -213,38 +213,72 @@ class LiveWorker(NamedTuple):
     shared_limit: bool
 
 
+class SilentWorker(NamedTuple):
+    """A worker row silent past its own bound (`WorkerReads.silent`): a dead worker (killed,
+    or its machine lost) whose row the next run clears."""
+
+    worker: str
+    started: datetime
+    heartbeat: datetime
+    dead_at: datetime
+
+
+def dead_after(heartbeat: datetime, stale_after: Any) -> datetime:
+    """When a worker whose last beat is `heartbeat` counts as dead: silent longer than its own
+    bound (its STALE_AFTER, else LIVE_WINDOW), give or take the stored resolution."""
+    silent = float(stale_after) if stale_after else LIVE_WINDOW
+    return heartbeat + timedelta(seconds=silent + STORED_RESOLUTION)
+
+
 class WorkerReads:
     """The status reads of the worker table (`Workers` adds registering and heartbeats)."""
 
     def __init__(self, table: str = WORKER) -> None:
         self.name = table
 
-    def live(self, r: Reads, window: float = LIVE_WINDOW) -> list[LiveWorker]:
-        """The rows of workers whose heartbeat is within `window` seconds, oldest first."""
-        names = ("WORKER_ID", "STARTED", "HEARTBEAT", "EVENTS_DONE", "REQUESTS", "SHARED_LIMIT")
-        rows = r.rows(
-            f"SELECT {', '.join(map(r.q, names))} FROM {r.q(self.name)}"
-            f" WHERE {r.q('HEARTBEAT')} >= :since ORDER BY {r.q('STARTED')}",
-            {"since": r.time(utcnow() - timedelta(seconds=window))},
+    def _rows(self, r: Reads) -> list[tuple[Any, ...]]:
+        """Every row, oldest first: the table is small (one row per running worker), so it
+        is read whole and each row judged by its own bound here."""
+        names = (
+            "WORKER_ID",
+            "STARTED",
+            "HEARTBEAT",
+            "EVENTS_DONE",
+            "REQUESTS",
+            "SHARED_LIMIT",
+            "STALE_AFTER",
         )
+        return r.rows(
+            f"SELECT {', '.join(map(r.q, names))} FROM {r.q(self.name)}"
+            f" ORDER BY {r.q('STARTED')}, {r.q('WORKER_ID')}"
+        )
+
+    def live(self, r: Reads, now: datetime | None = None) -> list[LiveWorker]:
+        """The rows of workers within their own heartbeat bound (`dead_after`), oldest first."""
+        now = now or utcnow()
         return [
             LiveWorker(str(w), _stored(s), _stored(b), int(done), int(requests), bool(shared))
-            for w, s, b, done, requests, shared in rows
+            for w, s, b, done, requests, shared, bound in self._rows(r)
+            if now <= dead_after(_stored(b), bound)
         ]
 
+    def silent(self, r: Reads, now: datetime | None = None) -> list[SilentWorker]:
+        """The rows of workers silent past their own bound: dead, not cleared yet."""
+        now = now or utcnow()
+        found = []
+        for w, s, b, _done, _requests, _shared, bound in self._rows(r):
+            dead_at = dead_after(_stored(b), bound)
+            if now > dead_at:
+                found.append(SilentWorker(str(w), _stored(s), _stored(b), dead_at))
+        return found
+
     def beats(self, r: Reads) -> dict[str, tuple[datetime, datetime]]:
-        """Every worker's last heartbeat and when it counts as dead: silent longer than its
-        own bound (its STALE_AFTER, else LIVE_WINDOW). The table is small (one row per
-        running worker): read whole, judged here."""
+        """Every worker's last heartbeat and when it counts as dead (`dead_after`)."""
         columns = ", ".join(map(r.q, ("WORKER_ID", "HEARTBEAT", "STALE_AFTER")))
         found: dict[str, tuple[datetime, datetime]] = {}
         for worker, stored, stale_after in r.rows(f"SELECT {columns} FROM {r.q(self.name)}"):
             heartbeat = _stored(stored)
-            silent = stale_after if stale_after else LIVE_WINDOW
-            found[str(worker)] = (
-                heartbeat,
-                heartbeat + timedelta(seconds=silent + STORED_RESOLUTION),
-            )
+            found[str(worker)] = (heartbeat, dead_after(heartbeat, stale_after))
         return found
 
     def holders(self, r: Reads, queue: QueueReads, exclude: Collection[str] = ()) -> list[Holder]:

@@ -35,8 +35,6 @@ if TYPE_CHECKING:
 # A worker is dead once its heartbeat is this many of its heartbeat intervals old (one
 # missed beat is not death: a loaded machine or a slow commit may delay one).
 STALE_BEATS = 3
-# Rows of workers gone longer than this are cleared when a worker starts.
-FORGET_AFTER = timedelta(hours=1)
 
 
 def stale_after(heartbeat_interval: float) -> int:
@@ -72,8 +70,16 @@ class Workers(WorkerReads):
         now = utcnow()
 
         def work(conn: Connection) -> None:
-            # Workers whose heartbeat stopped long ago are gone: clear them from the list.
-            conn.execute(delete(table).where(table.c.HEARTBEAT < literal(now - FORGET_AFTER)))
+            # Workers silent past their own bound are gone (killed, or their machine lost):
+            # their rows go, each only if its heartbeat is still the one judged. Their leases
+            # were taken back before (`QueueRun.open`), or are an orphan's, taken back too.
+            for gone, heartbeat in self.dead(conn, now):
+                conn.execute(
+                    delete(table).where(
+                        table.c.WORKER_ID == literal(gone),
+                        table.c.HEARTBEAT == literal(heartbeat),
+                    )
+                )
             conn.execute(
                 table.insert().values(
                     WORKER_ID=worker,
