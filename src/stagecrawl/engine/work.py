@@ -183,6 +183,11 @@ class WorkLoop(Generic[U, R]):
         or given back: this loop waits for work."""
         return self._drained and self._outstanding == 0
 
+    @property
+    def in_flight(self) -> int:
+        """Units in a worker's hands now."""
+        return len(self._in_worker)
+
     def wake(self) -> None:
         """New work may be claimable (another producer registered some): claim now rather
         than at the next poll."""

@@ -54,6 +54,7 @@ from stagecrawl.storage.db import Database
 
 log = logging.getLogger("stagecrawl.collect")
 SHOWN_REASON = 300  # a failure's reason in a report: the first part (status has it whole)
+TICK_SECONDS = 1.0  # progress refreshed this often between commits
 
 
 @contextlib.contextmanager
@@ -335,9 +336,11 @@ class Collector:
                 lambda w: None if w.cancelled() else self.db.outage.abandon(Interrupted)
             )
             await self.queue.open(shared, self._progress)
+            ticker = asyncio.ensure_future(self._tick())
             try:
                 stats = await self.loop.run()
             finally:
+                ticker.cancel()
                 watch.cancel()
                 await self.queue.close()  # every lease still held goes back now
                 self.summary.released = self.queue.released_rows
@@ -345,6 +348,14 @@ class Collector:
         self.summary.given_back = stats.given_back_text
         self.summary.wall_seconds = stats.wall_seconds
         return self.summary
+
+    async def _tick(self) -> None:
+        """Progress between commits: a unit of hundreds of versions takes minutes on a slow
+        lane, and its requests show it moving (the bar's fields each second; off a terminal
+        a line at least every 10 s)."""
+        while True:
+            await asyncio.sleep(TICK_SECONDS)
+            self._report(None)
 
     def _progress(self) -> WorkerProgress:
         s = self.summary
@@ -373,6 +384,7 @@ class Collector:
             self.words.units: s.units,
             "not-found": s.outcomes[NOT_FOUND],
             "failed": s.failed,
+            "in-progress": self.loop.in_flight,
         }
         fields.update({f"{lane}-req": requests.get(lane, 0) for lane in self.registry.lanes_shown})
         self.progress.update(s.done, self.total, fields)

@@ -13,8 +13,8 @@ REASON_MAX = 2000  # a stored reason's length at most (LAST_ERROR is TEXT; a lin
 def explain_failure(exc: BaseException) -> str:
     """A failure as the user should read it: an origin that cannot be reached at all says so
     first (`cannot reach index.crates.io: ClientConnectorDNSError: …`), an unreadable answer
-    says what it was, anything else is named as unexpected (a bug, on the ladder all the
-    same)."""
+    (a ValueError of a parser) says what it was, anything else is named as unexpected (a
+    bug, on the ladder all the same)."""
     if isinstance(exc, TransientError) and (
         exc.last_status is None
         and exc.reason.startswith(("ClientConnector", "ClientProxyConnection"))
@@ -25,6 +25,8 @@ def explain_failure(exc: BaseException) -> str:
         text = str(exc)
     elif isinstance(exc, UnreadableAnswer):
         text = f"{exc.prefix}{exc}"
+    elif isinstance(exc, ValueError):  # an answer a parser could not read (JSON, a shape)
+        text = str(exc)
     else:
         text = f"unexpected {type(exc).__name__}: {exc}"
     return redact(" ".join(text.split()))[:REASON_MAX]

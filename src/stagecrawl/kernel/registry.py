@@ -251,7 +251,10 @@ class Registry(ABC, Generic[C]):
         registry with a feed (PyPI's serials, Go's index) narrows it to what changed."""
         import asyncio
 
-        return RefreshPlan(await asyncio.to_thread(self.refresh_targets, db, list(names)))
+        targets = await asyncio.to_thread(self.refresh_targets, db, list(names))
+        words = self.decl.words
+        note = f"every stored {words.unit} asked ({len(targets)}: {words.index} has no change feed)"
+        return RefreshPlan(targets, note=note)
 
     @abstractmethod
     async def refresh_one(self, client: C, target: RefreshTarget) -> Listing | str | None:

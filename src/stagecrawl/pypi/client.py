@@ -64,6 +64,24 @@ class PyPIClient:
         project = parse_simple_page(result.content, result.url, name)
         return SimplePage(project, result.validators, _serial(result) or project.last_serial)
 
+    async def serials(self) -> dict[str, int]:
+        """The root Simple listing's `_last-serial` of every project, by PEP 503 name (PEP 691
+        JSON, `{"projects": [{"name", "_last-serial"}]}`): what changed since a stored serial,
+        in one request. A project the listing gives no serial is left out. ValueError when the
+        answer is not such a listing."""
+        result = await self.fetcher.get(self.index_url, lane=INDEX, headers={"Accept": SIMPLE_JSON})
+        document = result.json()
+        projects = document.get("projects") if isinstance(document, dict) else None
+        if not isinstance(projects, list):
+            raise ValueError("the root Simple listing has no `projects` list")
+        serials: dict[str, int] = {}
+        for entry in projects:
+            if isinstance(entry, dict) and isinstance(entry.get("name"), str):
+                serial = entry.get("_last-serial")
+                if isinstance(serial, int) and not isinstance(serial, bool):
+                    serials[normalize(entry["name"])] = serial
+        return serials
+
     async def project(self, name: str) -> ApiRelease | None:
         """The JSON API's project form (display name, latest release's info), None on 404."""
         return await self._api(f"{self.api_url}pypi/{name}/json")

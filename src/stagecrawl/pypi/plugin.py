@@ -20,12 +20,14 @@ from stagecrawl.engine.fetcher import Fetcher, Validators
 from stagecrawl.engine.git import GitRepo
 from stagecrawl.engine.ratelimit import Lane, Lanes, Rate
 from stagecrawl.engine.shutdown import GracefulStop
-from stagecrawl.errors import InputError
+from stagecrawl.errors import FetchError, InputError
+from stagecrawl.kernel.failures import explain_failure
 from stagecrawl.kernel.registry import (
     CollectContext,
     Collected,
     Listing,
     LockInput,
+    RefreshPlan,
     RefreshTarget,
     Registry,
 )
@@ -160,6 +162,33 @@ class Pypi(Registry[PyPIClient]):
             etags: dict[str, Any] = tables.products(db).column(conn, "ETAG")
         wanted = [normalize(n) for n in names] if names else sorted(etags)
         return [RefreshTarget(name, name, etags.get(name)) for name in wanted]
+
+    async def refresh_plan(
+        self, client: PyPIClient, db: Database, names: Sequence[str]
+    ) -> RefreshPlan:
+        """Only the projects whose `_last-serial` in the root listing moved past the one
+        stored (bandersnatch's way; one request for the whole index, then one per changed
+        project); every stored project, with its conditional GET, when the index gives no
+        listing (a mirror without serials) or a project has no stored serial."""
+        targets = self.refresh_targets(db, names)
+        try:
+            serials = await client.serials()
+        except (FetchError, ValueError) as exc:
+            why = explain_failure(exc)
+            return RefreshPlan(targets, note=f"no root listing ({why}): every project asked")
+        with db.reading() as conn:
+            stored: dict[str, Any] = tables.products(db).column(conn, "LAST_SERIAL")
+        changed = [
+            # moved: asked whole (a 304 to the stored ETag would leave the old serial stored,
+            # and the project asked again by every refresh); unknown: asked conditionally
+            RefreshTarget(t.name, t.key, None if t.key in serials else t.stored)
+            for t in targets
+            if stored.get(t.key) is None
+            or serials.get(t.key) is None
+            or serials[t.key] > stored[t.key]
+        ]
+        note = f"{len(changed)} of {len(targets)} stored projects' serials moved (root listing)"
+        return RefreshPlan(changed, note=note, requests=1)
 
     async def refresh_one(self, client: PyPIClient, target: RefreshTarget) -> Listing | None:
         validators = Validators(etag=target.stored) if target.stored else None
