@@ -41,8 +41,13 @@ from sqlalchemy import MetaData, select
 from sqlalchemy import Table as SqlTable
 from sqlalchemy.engine import Connection
 
-from stagecrawl.crates.osv import ImportReport, import_advisories, read_advisories
+from stagecrawl.crates.plugin import REGISTRY as CRATES
+from stagecrawl.kernel.sca import store_records
+from stagecrawl.sca.osv_import import ImportReport
+from stagecrawl.sca.osv_read import read_advisories
 from stagecrawl.storage.db import Database
+
+rust = CRATES.tables  # the crates registry's tables
 
 SHARED = Path(os.environ.get("STAGECRAWL_TEST_SHARED", Path(__file__).parents[2] / "shared"))
 OSV_ZIP = SHARED / "fixtures" / "osv" / "rustsec-osv-all.zip"
@@ -84,7 +89,6 @@ def synthetic_dump(versions: int) -> Path:
 # 1M-event register in the same bench process.)
 _PEAK_WRAPPER = """
 import atexit, runpy, sys
-from tests.crates.kernel import rust
 out = sys.argv.pop(1)
 def peak():
     for line in open("/proc/self/status"):
@@ -213,7 +217,7 @@ def _osv_once(url: str) -> tuple[int, float, Database]:
     _collected(db)
     report = ImportReport()
     started = time.perf_counter()
-    import_advisories(db, read_advisories(OSV_ZIP, report.read), "collected", report)
+    store_records(db, CRATES, read_advisories(OSV_ZIP, report.read), "collected", report)
     return report.advisories, time.perf_counter() - started, db
 
 
@@ -294,7 +298,10 @@ def main() -> None:
                 f"{rate / raw:.2f}",
             )
             advisories, _, db = _osv_once(url)
-            rows, seconds = raw_executemany_rate(db, [rust(db).vuln_raw, rust(db).vuln_v1, rust(db).vuln_hit])
+            tables = rust(db)
+            rows, seconds = raw_executemany_rate(
+                db, [tables.vuln_raw, tables.vuln_v1, tables.vuln_hit]
+            )
             db.dispose()
             raw = advisories / seconds
             if args.before_src:

@@ -41,10 +41,13 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import text, update
 
-from stagecrawl.crates.queue import COLLECTED, NewEvent, event_list
+from stagecrawl.crates.plugin import REGISTRY as CRATES
 from stagecrawl.queue import events as queue_events
+from stagecrawl.queue.events import COLLECTED, NewEvent
 from stagecrawl.storage.db import Database
-from tests.crates.kernel import rust
+
+rust = CRATES.tables
+event_list = CRATES.event_list
 
 BACKENDS = {
     "sqlite": "",  # a file in the run's temporary folder

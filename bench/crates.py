@@ -22,12 +22,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from stagecrawl.crates import pipeline
-from stagecrawl.crates.client import CratesClient
-from stagecrawl.crates.config import crates_fetcher
-from stagecrawl.crates.queue import COLLECTED
-from stagecrawl.crates.worker import CollectSettings
+from stagecrawl.crates.plugin import REGISTRY as CRATES
 from stagecrawl.engine.shutdown import GracefulStop
+from stagecrawl.kernel.collecting import CollectSettings
+from stagecrawl.kernel.phases import collect, registry_fetcher, seed
+from stagecrawl.queue.events import COLLECTED
 from stagecrawl.settings import Settings
 from stagecrawl.storage.db import Database
 from stagecrawl.testing.origin import TestOrigin
@@ -87,12 +86,14 @@ def fresh(url: str) -> Database:
 async def run(
     db_url: str, names: list[str], index: TestOrigin, api: TestOrigin
 ) -> dict[str, float]:
-    flags = {"crates.index_url": index.url + "/", "crates.api_url": api.url + "/", "crates.api_rate": API_RATE,
-             "crates.index_rate": INDEX_RATE, "crates.api_budget": "none"}  # fmt: skip
+    flags = {"crates.index_url": index.url + "/", "crates.api_url": api.url + "/",
+             "crates.api_rate": API_RATE, "crates.index_rate": INDEX_RATE,
+             "crates.api_budget": "none"}  # fmt: skip
     s = Settings.resolve(flags, {})
     db = fresh(db_url)
     stop = GracefulStop()
-    async with crates_client(s) as client:
+    async with registry_fetcher(CRATES, s) as fetcher:
+        client = CRATES.client(fetcher, s)
         started = time.perf_counter()
         await seed(db, CRATES, client, names, stop)
         report = await collect(db, CRATES, client, CollectSettings(concurrency=16), stop)

@@ -52,18 +52,20 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import text
 
-from stagecrawl.crates import pipeline, worker
-from stagecrawl.crates.client import CratesClient
-from stagecrawl.crates.config import crates_fetcher
-from stagecrawl.crates.queue import COLLECTED, NewEvent, register
-from stagecrawl.crates.worker import CollectSettings
+from stagecrawl.crates.plugin import REGISTRY as CRATES
 from stagecrawl.engine.shutdown import GracefulStop
+from stagecrawl.kernel.collecting import CollectSettings
+from stagecrawl.kernel.phases import collect as kernel_collect
+from stagecrawl.kernel.phases import registry_fetcher, seed
 from stagecrawl.queue import SqlQueue
+from stagecrawl.queue.events import COLLECTED, NewEvent
 from stagecrawl.settings import Settings
 from stagecrawl.storage.bulk import upsert_statement
 from stagecrawl.storage.db import Database, dumps
+from stagecrawl.storage.owners import VersionTable
 from stagecrawl.testing.registry import index_line, write_crate
-from tests.crates.kernel import rust
+
+rust = CRATES.tables
 
 BACKENDS = {
     "sqlite": "",  # a file in the run's temporary folder
@@ -222,15 +224,17 @@ class Origin:
 
 
 async def _collect(url: str, names: list[str], origin: str) -> tuple[int, float]:
-    flags = {"crates.index_url": origin + "/index/", "crates.api_url": origin + "/api/", "crates.api_rate": LIFTED,
-             "crates.index_rate": LIFTED, "crates.api_budget": "none"}  # fmt: skip
+    flags = {"crates.index_url": origin + "/index/", "crates.api_url": origin + "/api/",
+             "crates.api_rate": LIFTED, "crates.index_rate": LIFTED,
+             "crates.api_budget": "none"}  # fmt: skip
     s = Settings.resolve(flags, {})
     db = fresh(url)
     stop = GracefulStop()
-    async with crates_client(s) as client:
+    async with registry_fetcher(CRATES, s) as fetcher:
+        client = CRATES.client(fetcher, s)
         await seed(db, CRATES, client, names, stop)
         started = time.perf_counter()
-        report = await collect(db, CRATES, client, CollectSettings(), stop)
+        report = await kernel_collect(db, CRATES, client, CollectSettings(), stop)
         seconds = time.perf_counter() - started
     db.dispose()
     assert report.collect is not None
@@ -272,7 +276,7 @@ def collect(url: str, names: list[str], origin: str, profile: bool) -> tuple[int
     for module, name in (
         (SqlQueue, "complete"),
         (SqlQueue, "claim"),
-        (worker, "existing_versions"),
+        (VersionTable, "existing"),
         (SqlQueue, "next_lease_expiry"),
         (SqlQueue, "renew"),
         (SqlQueue, "pending_count"),
@@ -300,7 +304,7 @@ def register_events(url: str, count: int) -> float:
     ]
     db = fresh(url)
     started = time.perf_counter()
-    counts = register(db, events)
+    counts = CRATES.event_list(db).register(events)
     seconds = time.perf_counter() - started
     assert counts.new == count, counts
     db.dispose()

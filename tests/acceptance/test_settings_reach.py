@@ -35,12 +35,25 @@ NAMES = ALL_NAMES[:6]
 STALL = 0.5  # seconds each index answer takes: requests in flight show as arrivals within it
 # What each command's flags are observed through in the tests below; a new flag without an
 # observation fails `test_every_declared_flag_is_observed`.
-CRATES_INDEX = {"crates.index_url", "crates.index_rate", "crates.index_burst",
-                "crates.index_budget"}
-CRATES_LANES = CRATES_INDEX | {"crates.api_url", "crates.api_rate", "crates.api_burst",
-                               "crates.api_budget"}
-PYPI_LANES = {"pypi.index_url", "pypi.api_url", "pypi.index_rate", "pypi.api_rate",
-              "pypi.files_rate"}
+CRATES_INDEX = {
+    "crates.index_url",
+    "crates.index_rate",
+    "crates.index_burst",
+    "crates.index_budget",
+}
+CRATES_LANES = CRATES_INDEX | {
+    "crates.api_url",
+    "crates.api_rate",
+    "crates.api_burst",
+    "crates.api_budget",
+}
+PYPI_LANES = {
+    "pypi.index_url",
+    "pypi.api_url",
+    "pypi.index_rate",
+    "pypi.api_rate",
+    "pypi.files_rate",
+}
 NETWORK = {"db", "contact", "concurrency", "redis_url", "grace_period"}
 COLLECTING = NETWORK | {"lease_seconds", "ai_license_url", "ai_rate"}
 OBSERVED = {

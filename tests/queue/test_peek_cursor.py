@@ -11,13 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event
-from tests.crates.kernel import seed_queue
 
 from stagecrawl.engine.work import LoopSettings, WorkLoop
 from stagecrawl.queue import Claimed, Handler, Outcome, QueueRun, RunSettings
 from stagecrawl.queue.lists import COLLECTED, PENDING
 from stagecrawl.storage.db import Database
-from tests.crates.kernel import rust
+from tests.crates.kernel import rust, seed_queue
 
 STAMP = "2026-01-01 00:00:00.000000"
 LATE = "a00000x"  # added mid-run, among the done names: behind the run's position

@@ -14,16 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.crates.kernel import event_list, seed_queue
 
 from stagecrawl.pauses import Waiting
 from stagecrawl.queue import Workers, waiting_on
 from stagecrawl.queue.lists import PENDING
 from stagecrawl.queue.reads import WorkerReads, registry_reads
-from stagecrawl.storage.db import Database
 from stagecrawl.registries import DECLARATIONS
+from stagecrawl.storage.db import Database
 from stagecrawl.storage.reads import ReadSource, SqliteFile, sqlite_file
 from tests.cli import stagecrawl
+from tests.crates.kernel import event_list, seed_queue
 from tests.queue.status_rows import fill_for_status
 from tests.services import MARIADB_URL, POSTGRES_URL, drop_stagecrawl_tables
 

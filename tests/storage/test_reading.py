@@ -10,11 +10,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 from sqlalchemy.exc import OperationalError
-from tests.crates.kernel import existing_versions
 
 from stagecrawl.storage.db import Database
 from stagecrawl.storage.reads import immutable
-from tests.crates.kernel import rust
+from tests.crates.kernel import existing_versions, rust
 
 
 def _hold_write_lock(path: Path) -> sqlite3.Connection:

@@ -10,12 +10,11 @@ from typing import Any
 
 import pytest
 from sqlalchemy import Column, MetaData, Table, inspect, select
-from stagecrawl.sca.osv_import import ImportReport
-from tests.crates.kernel import import_advisories
 
 from stagecrawl.errors import StorageError
+from stagecrawl.sca.osv_import import ImportReport
 from stagecrawl.storage.db import Database, build_metadata
-from tests.crates.kernel import rust
+from tests.crates.kernel import import_advisories, rust
 
 # What the previous version created: no LICENSE_EXPRESSION, no INFORMATIONAL, and the VULN
 # tables keyed on the CVE.
