@@ -14,11 +14,11 @@ from stagecrawl.pypi.sca import PYPI, audit_inputs, audit_pypi, import_osv
 from stagecrawl.storage.db import Database
 from tests.cli import stagecrawl
 from tests.pypi import osv_reference
-from tests.pypi.conftest import PYPI_SHARED
+from tests.services import needs_shared, shared_path
 
-ZIP = PYPI_SHARED / "osv" / "PyPI" / "all.zip"
-LOCKS = PYPI_SHARED / "locks"
-needs_zip = pytest.mark.skipif(not ZIP.exists(), reason="../shared fixtures not beside the project")
+ZIP = shared_path("pypi", "osv", "PyPI", "all.zip")
+LOCKS = shared_path("pypi", "locks")
+needs_zip = needs_shared("pypi", "osv", "PyPI", "all.zip")
 LOCK_FILES = [
     "poetry-lock-1.1/poetry.lock",
     "poetry-lock-2.0/poetry.lock",
