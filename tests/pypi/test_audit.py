@@ -4,11 +4,11 @@ hit for hit, with an independent OSV evaluation (tests/pypi/osv_reference.py).""
 from __future__ import annotations
 
 import json
-from importlib import resources
 from pathlib import Path
 
 import pytest
 
+from stagecrawl.demo.advisories import PYPI_ADVISORIES, write_folder
 from stagecrawl.pypi.locks import parse_lock
 from stagecrawl.pypi.sca import PYPI, audit_inputs, audit_pypi, import_osv
 from stagecrawl.storage.db import Database
@@ -152,8 +152,8 @@ def test_a_lock_of_no_pypi_package_is_a_clean_audit(tmp_path: Path) -> None:
     It was 'say what to audit: NAME==VERSION … or --lockfile PATH', exit 2, to a command given
     --lockfile (a CI gate that failed for want of dependencies)."""
     url = f"sqlite:///{tmp_path / 'osv.db'}"
-    bundled = Path(str(resources.files("stagecrawl.demo") / "data" / "osv-pypi"))
-    import_osv(Database(url), bundled, "all", 4 * 1024 * 1024)
+    made_up = write_folder(tmp_path / "advisories", PYPI_ADVISORIES)  # the demo's
+    import_osv(Database(url), made_up, "all", 4 * 1024 * 1024)
     lock = tmp_path / "uv.lock"
     lock.write_text(
         'version = 1\nrequires-python = ">=3.11"\n\n[[package]]\nname = "myapp"\n'
