@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from stagecrawl.demo.registry import CRATES, build_mirror
+from stagecrawl.demo.registry import build_mirror
 from stagecrawl.storage.db import Database
 from stagecrawl.testing.origin import TestOrigin
+from tests.acceptance.registry import CRATES
 from tests.cli import cli_env, spawn, stagecrawl
 
 __all__ = ["Mirror", "cli_env", "dump", "redis_server", "spawn", "stagecrawl"]
@@ -36,7 +37,7 @@ class Mirror:
 @pytest.fixture
 def mirror(tmp_path: Path) -> Iterator[Mirror]:
     root = tmp_path / "mirror"
-    build_mirror(root)
+    build_mirror(root, CRATES)
     index = TestOrigin(root / "index").start()
     api = TestOrigin(root / "api").start()
     yield Mirror(index, api, root)

@@ -31,6 +31,7 @@ def advisory(
     versions: Sequence[str] = (),
     aliases: Sequence[str] = (),
     severity: str | None = None,
+    functions: Sequence[str] = (),
     informational: str | None = None,
     withdrawn: str | None = None,
     modified: str = "2026-01-15T00:00:00Z",
@@ -46,6 +47,8 @@ def advisory(
         affected["ranges"] = listed_ranges
     if versions:
         affected["versions"] = list(versions)
+    if functions:  # RustSec's place for the affected functions
+        affected["ecosystem_specific"] = {"affects": {"functions": list(functions)}}
     specific: dict[str, Any] = {"made_up": True, "note": NOTE}
     if informational:
         specific["informational"] = informational
@@ -144,5 +147,104 @@ PYPI_ADVISORIES = [
         "demo-not-crawled",
         "A project the demo does not crawl: the audit still knows it (made up)",
         [[("introduced", "0"), ("fixed", "2.0")]],
+    ),
+]
+
+# crates.io: about the crates of stagecrawl.demo.registry
+CRATES_ADVISORIES = [
+    advisory(
+        "DEMO-2026-0001",
+        "crates.io",
+        "demo-archive",
+        "demo-archive writes outside the target folder on `..` entries (made up)",
+        [[("introduced", "0"), ("fixed", "0.2.7")]],
+        aliases=["CVE-2099-0001"],
+        severity="CVSS:3.1/AV:N/AC:L/PR:N/UI:R/S:U/C:N/I:H/A:N",
+        functions=["demo_archive::Entry::unpack", "demo_archive::Archive::unpack"],
+    ),
+    advisory(
+        "DEMO-2026-0002",
+        "crates.io",
+        "demo-archive",
+        "demo-archive trusts the size an entry's header claims (made up)",
+        [[("introduced", "0"), ("fixed", "0.3.2")]],
+        aliases=["CVE-2099-0002"],
+        severity="CVSS:4.0/AV:L/AC:L/AT:N/PR:N/UI:P/VC:H/VI:H/VA:N/SC:N/SI:N/SA:N",
+    ),
+    advisory(
+        "DEMO-2026-0003",
+        "crates.io",
+        "demo-inline-vec",
+        "demo-inline-vec overflows its buffer when it grows by many at once (made up)",
+        [
+            [("introduced", "0.4.0"), ("fixed", "0.4.6")],
+            [("introduced", "1.0.0"), ("fixed", "1.2.0")],
+        ],
+    ),
+    advisory(
+        "DEMO-2026-0004",
+        "crates.io",
+        "demo-web",
+        "demo-web accepts two Content-Length headers (made up)",
+        [[("introduced", "0.10.0"), ("last_affected", "0.10.4")]],
+        aliases=["CVE-2099-0004"],
+    ),
+    advisory(
+        "DEMO-2026-0005",
+        "crates.io",
+        "demo-web",
+        "demo-web's header parser overflows an integer (made up)",
+        [[("introduced", "0.9.0"), ("fixed", "0.10.9")]],
+        aliases=["CVE-2099-0005"],
+        severity="CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:U/C:N/I:N/A:H",
+    ),
+    advisory(
+        "DEMO-2026-0006",
+        "crates.io",
+        "demo-tls",
+        "demo-tls hands out a reference that outlives its buffer (made up)",
+        [[("introduced", "0.5.0"), ("fixed", "0.5.7")]],
+        informational="unsound",
+    ),
+    advisory(
+        "DEMO-2026-0007",
+        "crates.io",
+        "demo-clock",
+        "demo-clock is no longer maintained (made up)",
+        [[("introduced", "0")]],
+        informational="unmaintained",
+    ),
+    advisory(
+        "DEMO-2026-0008",
+        "crates.io",
+        "demo-sys",
+        "demo-sys: an advisory withdrawn after review (made up)",
+        [[("introduced", "0")]],
+        withdrawn="2026-01-10T00:00:00Z",
+    ),
+    advisory(
+        "DEMO-2026-0009",
+        "crates.io",
+        "demo-parse",
+        "demo-parse 2.0.1 was published from a tampered checkout (made up)",
+        versions=["2.0.1"],
+        aliases=["CVE-2099-0009"],
+    ),
+    advisory(
+        "DEMO-2026-0010",
+        "crates.io",
+        "demo-not-crawled",
+        "A crate the demo does not crawl: the audit still knows it (made up)",
+        [[("introduced", "0"), ("fixed", "1.0.0")]],
+    ),
+    advisory(
+        "DEMO-2026-0011",
+        "crates.io",
+        "demo-tls",
+        "demo-tls reads uninitialised memory; rated, so it stays in the CVE table (made up)",
+        [[("introduced", "0"), ("fixed", "0.5.3")]],
+        aliases=["CVE-2099-0011"],
+        severity="CVSS:3.1/AV:N/AC:H/PR:N/UI:N/S:U/C:L/I:N/A:N",
+        informational="unsound",
     ),
 ]
