@@ -35,7 +35,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from stagecrawl.demo import osv_zip
+from stagecrawl.demo.advisories import CRATES_ADVISORIES, osv_zip
 from stagecrawl.demo.registry import CRATES, build_mirror
 from stagecrawl.demo.wikidata import install
 from stagecrawl.testing.dbdump import build_dump
@@ -117,7 +117,7 @@ def vulns_args(run: Run) -> tuple[list[str], list[str]]:
 
 
 def vulns_rules(run: Run) -> None:
-    run.other.add("all.zip", osv_zip())
+    run.other.add("all.zip", osv_zip(CRATES_ADVISORIES))
     run.other.rule("/slow.zip", trickle=0.05, body=b"x" * 100_000)
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 MARIADB_URL = os.environ.get(
     "STAGECRAWL_TEST_MARIADB_URL", "mysql+pymysql://root@127.0.0.1:3306/test"
 )
@@ -18,6 +20,34 @@ REDIS_URL = os.environ.get("STAGECRAWL_TEST_REDIS_URL", "redis://127.0.0.1:6379/
 SHARED = Path(
     os.environ.get("STAGECRAWL_TEST_SHARED") or Path(__file__).resolve().parents[2] / "shared"
 )
+
+
+def shared_path(*parts: str) -> Path:
+    """Where `../shared/fixtures/<parts>` is (present or not)."""
+    return SHARED.joinpath("fixtures", *parts)
+
+
+def absent_reason(path: Path) -> str:
+    return (
+        f"{path} is absent: real data from ../shared/fixtures/ is read where it lies, never "
+        "copied into the project (lay ../shared beside the repository or set "
+        "STAGECRAWL_TEST_SHARED)"
+    )
+
+
+def shared_fixture(*parts: str) -> Path:
+    """The real data at `../shared/fixtures/<parts>`, for a test or fixture to read at run
+    time; where it is absent the calling test is skipped, saying which path and why."""
+    path = shared_path(*parts)
+    if not path.exists():
+        pytest.skip(absent_reason(path))
+    return path
+
+
+def needs_shared(*parts: str) -> pytest.MarkDecorator:
+    """`shared_fixture` as a mark, for a test that reads the path itself."""
+    path = shared_path(*parts)
+    return pytest.mark.skipif(not path.exists(), reason=absent_reason(path))
 
 
 def drop_stagecrawl_tables(url: str) -> None:

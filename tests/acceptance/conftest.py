@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from stagecrawl.demo.registry import CRATES, build_mirror
+from stagecrawl.demo.registry import build_mirror
 from stagecrawl.storage.db import Database
 from stagecrawl.testing.origin import TestOrigin
+from tests.acceptance.registry import CRATES
 from tests.cli import cli_env, spawn, stagecrawl
 from tests.crates.kernel import rust
 
@@ -37,7 +38,7 @@ class Mirror:
 @pytest.fixture
 def mirror(tmp_path: Path) -> Iterator[Mirror]:
     root = tmp_path / "mirror"
-    build_mirror(root)
+    build_mirror(root, CRATES)
     index = TestOrigin(root / "index").start()
     api = TestOrigin(root / "api").start()
     yield Mirror(index, api, root)

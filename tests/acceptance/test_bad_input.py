@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.acceptance.conftest import Mirror, dump, stagecrawl
-from tests.services import SHARED
+from tests.services import shared_fixture
 
 NOWHERE = ["--index-url", "http://127.0.0.1:9/", "--api-url", "http://127.0.0.1:9/"]
 
@@ -355,9 +355,7 @@ def test_a_lock_file_format_from_the_future_is_refused(tmp_path: Path, command: 
 
 
 def test_pinned_only_needs_nothing_but_the_lock_file(tmp_path: Path) -> None:
-    lock = SHARED / "fixtures" / "rhwp" / "latest-main-0.7.19plus" / "Cargo.lock"
-    if not lock.exists():
-        pytest.skip("../shared fixtures not beside the project")
+    lock = shared_fixture("rhwp", "latest-main-0.7.19plus", "Cargo.lock")
     document = tomllib.loads(lock.read_text())
     assert len(document["package"]) == 196
     expected = {

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from stagecrawl.demo import osv_zip
+from stagecrawl.demo.advisories import advisory, osv_zip
 from stagecrawl.demo.wikidata import install
 from stagecrawl.testing.origin import TestOrigin
 from tests.acceptance.conftest import Mirror, stagecrawl
@@ -28,6 +28,20 @@ name = "smallvec"
 version = "1.6.0"
 source = "registry+https://github.com/rust-lang/crates.io-index"
 """
+
+# Made up for this test (the demo's own advisories are about its made-up crates).
+ADVISORIES = [
+    advisory(
+        "TEST-2026-0001", "crates.io", "tar", "made up", [[("introduced", "0"), ("fixed", "0.5.0")]]
+    ),
+    advisory(
+        "TEST-2026-0002",
+        "crates.io",
+        "smallvec",
+        "made up",
+        [[("introduced", "1.0.0"), ("fixed", "1.7.0")]],
+    ),
+]
 
 
 def document(*args: str, codes: tuple[int, ...] = (0,)) -> Any:
@@ -53,7 +67,7 @@ def test_every_command_prints_one_json_document(
     assert locked["inputs"][0]["external_crates"] == 2
     refreshed = document("crates", "refresh", *db, *urls)
     assert refreshed["refresh"]["checked"] == 2
-    origin.add("all.zip", osv_zip())
+    origin.add("all.zip", osv_zip(ADVISORIES))
     vulns = document("crates", "vulns", "--source", origin.url + "/all.zip", *db)
     assert vulns["advisories"] > 0
     audit = document("crates", "audit", "--lockfile", str(lock_file), *db, codes=(1,))

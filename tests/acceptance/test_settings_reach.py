@@ -27,6 +27,7 @@ from stagecrawl.testing.dbdump import build_dump
 from stagecrawl.testing.origin import TestOrigin
 from tests.acceptance.conftest import NAMES as ALL_NAMES
 from tests.acceptance.conftest import Mirror, stagecrawl
+from tests.acceptance.registry import APP_PINS
 from tests.crates.kernel import rust
 from tests.services import REDIS_URL
 
@@ -280,7 +281,7 @@ def test_lock_flags(mirror: Mirror, tmp_path: Path) -> None:
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
     repo = tmp_path / "app"
-    make_app_repo(repo)
+    make_app_repo(repo, APP_PINS)
     cache = tmp_path / "my-cache"
     db = f"sqlite:///{tmp_path / 'lock.db'}"
     report = run_json(

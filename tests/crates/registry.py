@@ -70,7 +70,7 @@ INDEX: dict[str, list[str]] = {
     "noapi": [line("noapi", "0.1.0")],
 }
 
-# Crates with real RustSec advisories (tests/fixtures/osv); index only, so the API answers 404.
+# Crates with real RustSec advisories (../shared/fixtures/osv); index only, so the API answers 404.
 VULN_INDEX: dict[str, list[str]] = {
     "smallvec": [
         line("smallvec", v)

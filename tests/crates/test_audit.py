@@ -30,10 +30,10 @@ from stagecrawl.storage.db import Database
 from tests.cli import stagecrawl
 from tests.crates.kernel import audit, import_advisories, lock_graph
 from tests.crates.test_osv import zip_of
-from tests.services import SHARED
+from tests.services import needs_shared, shared_path
 
-ZIP = SHARED / "fixtures" / "osv" / "rustsec-osv-all.zip"
-needs_zip = pytest.mark.skipif(not ZIP.exists(), reason="../shared fixtures not beside the project")
+ZIP = shared_path("osv", "rustsec-osv-all.zip")
+needs_zip = needs_shared("osv", "rustsec-osv-all.zip")
 
 
 @cache

@@ -10,9 +10,9 @@ from stagecrawl.crates.index import IndexFormatError, IndexProblem, parse_index_
 from stagecrawl.crates.names import event_id, identity_key, index_path, spelling_variants
 from stagecrawl.crates.semver import Version, latest_version, sort_key
 from stagecrawl.errors import InputError
-from tests.services import SHARED
+from tests.services import needs_shared, shared_path
 
-SHARED_INDEX = SHARED / "fixtures" / "crates-index"
+SHARED_INDEX = shared_path("crates-index")
 
 
 @pytest.mark.parametrize(
@@ -128,7 +128,7 @@ def test_a_file_without_one_readable_version_is_an_error() -> None:
     assert str(IndexProblem(3, "not JSON: x", None)) == "line 3: not JSON: x"
 
 
-@pytest.mark.skipif(not SHARED_INDEX.exists(), reason="../shared fixtures not beside the project")
+@needs_shared("crates-index")
 def test_real_index_files_parse_completely() -> None:
     files = [p for p in SHARED_INDEX.rglob("*") if p.is_file() and p.parent != SHARED_INDEX]
     assert len(files) >= 15
@@ -148,7 +148,7 @@ def test_real_index_files_parse_completely() -> None:
     assert any(v.yanked for v in serde)
 
 
-@pytest.mark.skipif(not SHARED_INDEX.exists(), reason="../shared fixtures not beside the project")
+@needs_shared("crates-index")
 def test_one_damaged_line_of_a_real_file_costs_only_that_version() -> None:
     body = (SHARED_INDEX / "se" / "rd" / "serde").read_bytes()
     lines = body.split(b"\n")

@@ -1,4 +1,6 @@
-"""OSV import against real RustSec records served as a zip from the loopback origin.
+"""OSV import against real RustSec records (read from ../shared/fixtures/osv/ at run time,
+never copied here) served as a zip from the loopback origin, and against made-up records for
+the rules that need no real one.
 
 Expected ranges and hits below are derived by hand from each record's events (see the
 comments), not by running the code under test."""
@@ -24,14 +26,33 @@ from tests.cli import stagecrawl
 from tests.crates.conftest import Registry
 from tests.crates.kernel import affected_crates, import_advisories, rust, vuln_id
 from tests.crates.test_pipeline import crawl
-from tests.services import SHARED
+from tests.services import needs_shared, shared_fixture, shared_path
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "osv"
-SHARED_ZIP = SHARED / "fixtures" / "osv" / "rustsec-osv-all.zip"
+SHARED_ZIP = shared_path("osv", "rustsec-osv-all.zip")
+needs_zip = needs_shared("osv", "rustsec-osv-all.zip")
+# The real records the hand-derived expectations below are about (openssl, hyper, smallvec,
+# tar, chrono), of the single files in ../shared/fixtures/osv/.
+REAL = [
+    "RUSTSEC-2016-0001",
+    "RUSTSEC-2017-0002",
+    "RUSTSEC-2018-0002",
+    "RUSTSEC-2018-0003",
+    "RUSTSEC-2018-0018",
+    "RUSTSEC-2019-0009",
+    "RUSTSEC-2019-0012",
+    "RUSTSEC-2020-0159",
+    "RUSTSEC-2021-0003",
+    "RUSTSEC-2021-0080",
+    "RUSTSEC-2022-0022",
+    "RUSTSEC-2023-0022",
+    "RUSTSEC-2026-0067",
+    "RUSTSEC-2026-0068",
+]
 
 
 def record(osv_id: str) -> dict[str, Any]:
-    return json.loads((FIXTURES / f"{osv_id}.json").read_text())
+    """A real RustSec record (the calling test is skipped, saying why, without ../shared)."""
+    return json.loads(shared_fixture("osv", f"{osv_id}.json").read_text())
 
 
 def zip_of(records: list[dict[str, Any]]) -> bytes:
@@ -42,8 +63,8 @@ def zip_of(records: list[dict[str, Any]]) -> bytes:
     return buffer.getvalue()
 
 
-def all_fixtures() -> list[dict[str, Any]]:
-    return [json.loads(p.read_text()) for p in sorted(FIXTURES.glob("RUSTSEC-*.json"))]
+def real_records() -> list[dict[str, Any]]:
+    return [record(osv_id) for osv_id in REAL]
 
 
 @pytest.mark.parametrize(
@@ -132,8 +153,8 @@ def table(db: Database, t: Any) -> list[dict[str, Any]]:
 
 async def test_import_scope_hits_reimport_and_withdrawal(db_url: str, registry: Registry) -> None:
     db = Database(db_url)
+    records = real_records()
     await crawl(db, registry, ["smallvec", "tar"])
-    records = all_fixtures()
 
     report = ImportReport()
     import_advisories(db, read_advisories(zip_of(records), report.read), "collected", report)
@@ -195,10 +216,10 @@ def test_size_limits_and_junk_entries() -> None:
         archive.writestr("junk.json", "{not json")
         # nested deeper than the JSON decoder recurses: junk too, not the end of the import
         archive.writestr("deep.json", "[" * 3000 + "]" * 3000)
-        archive.writestr("ok.json", json.dumps(record("RUSTSEC-2016-0001")))
+        archive.writestr("ok.json", json.dumps(one_range({"introduced": "0"})))
     report = ImportReport()
     got = list(read_advisories(buffer.getvalue(), report.read, max_entry=8000))
-    assert [r["id"] for r in got] == ["RUSTSEC-2016-0001"]
+    assert [r["id"] for r in got] == ["RUSTSEC-2099-0001"]
     assert (report.read.skipped_too_large, report.read.skipped_invalid) == (1, 2)
 
 
@@ -209,7 +230,7 @@ def test_cli_vulns_from_the_loopback_origin_then_audit(
     run = stagecrawl
     urls = ["--index-url", registry.index.url + "/", "--api-url", registry.api.url + "/"]
     assert run("crates", "crawl", "tar", "--db", db, *urls).returncode == 0
-    origin.add("crates.io/all.zip", zip_of(all_fixtures()))
+    origin.add("crates.io/all.zip", zip_of(real_records()))
     done = run("crates", "vulns", "--source", origin.url + "/crates.io/all.zip", "--db", db)
     assert done.returncode == 0, done.stderr
     audit = run("crates", "audit", "tar@0.4.44", "--db", db)
@@ -226,7 +247,7 @@ def test_cli_vulns_from_the_loopback_origin_then_audit(
     assert too_big.returncode == 1 and "body larger than 1048576 bytes" in too_big.stderr
 
 
-@pytest.mark.skipif(not SHARED_ZIP.exists(), reason="../shared fixtures not beside the project")
+@needs_zip
 def test_the_whole_rustsec_database_imports(tmp_path: Path) -> None:
     db = Database(f"sqlite:///{tmp_path / 'all.db'}")
     report = ImportReport()
@@ -301,7 +322,7 @@ def test_a_malformed_range_is_reported_and_the_others_still_count() -> None:
 
 
 def test_malformed_records_are_skipped_by_id_and_the_import_goes_on(tmp_path: Path) -> None:
-    good = record("RUSTSEC-2016-0001")
+    good = one_range({"introduced": "0"}, {"fixed": "0.9.0"}, crate="sound")
     not_a_list = {"id": "RUSTSEC-2099-0002", "affected": {"package": "oops"}}
     bad_range = one_range({"introduced": "x.y"}, crate="broken")
     bad_range["id"] = "RUSTSEC-2099-0003"
@@ -316,7 +337,7 @@ def test_malformed_records_are_skipped_by_id_and_the_import_goes_on(tmp_path: Pa
     assert "RUSTSEC-2099-0003: affected[0].ranges[0]: introduced 'x.y'" in summary[0]
     stored = Database(db)
     assert {(r["OSV_ID"], r["PRODUCT_KEY"]) for r in table(stored, rust(stored).vuln_raw)} == {
-        ("RUSTSEC-2016-0001", "openssl"),
+        ("RUSTSEC-2099-0001", "sound"),
         ("RUSTSEC-2099-0003", "broken"),  # stored, with no range: it hits nothing
     }
 
@@ -333,11 +354,12 @@ def test_fields_of_the_wrong_type_skip_their_record_or_field_not_the_import(
     odd_severity.update(id="RUSTSEC-2099-0005", severity=[{"type": ["CVSS_V3"], "score": "x"}])
     db = Database(f"sqlite:///{tmp_path / 'm.db'}")
     report = ImportReport()
-    records = [record("RUSTSEC-2016-0001"), no_list, odd_severity]
+    good = one_range({"introduced": "0"}, {"fixed": "0.9.0"}, crate="sound")
+    records = [good, no_list, odd_severity]
     import_advisories(db, read_advisories(zip_of(records), report.read), "all", report)
     assert report.problems == ["RUSTSEC-2099-0004: aliases is not a list of strings"]
     assert {(r["OSV_ID"], r["PRODUCT_KEY"]) for r in table(db, rust(db).vuln_raw)} == {
-        ("RUSTSEC-2016-0001", "openssl"),
+        ("RUSTSEC-2099-0001", "sound"),
         ("RUSTSEC-2099-0005", "rated"),
     }
 
@@ -368,7 +390,7 @@ def add_collected(db: Database, name: str, versions: list[str]) -> None:
         )
 
 
-@pytest.mark.skipif(not SHARED_ZIP.exists(), reason="../shared fixtures not beside the project")
+@needs_zip
 def test_two_advisories_sharing_a_cve_keep_their_ranges_in_every_table(db_url: str) -> None:
     db = Database(db_url)
     add_collected(db, "wasmtime", ["0.33.0", "0.34.0", "0.36.0", "0.38.2"])
@@ -392,7 +414,7 @@ def test_two_advisories_sharing_a_cve_keep_their_ranges_in_every_table(db_url: s
     }
 
 
-@pytest.mark.skipif(not SHARED_ZIP.exists(), reason="../shared fixtures not beside the project")
+@needs_zip
 def test_informational_advisories_are_stored_and_kept_out_of_the_cve_table(
     tmp_path: Path,
 ) -> None:
@@ -415,26 +437,30 @@ def test_informational_advisories_are_stored_and_kept_out_of_the_cve_table(
 def test_ghsa_duplicates_merge_into_the_rustsec_advisory(db_url: str) -> None:
     db = Database(db_url)
     add_collected(db, "smallvec", ["1.0.0", "1.6.1"])
-    rustsec = record("RUSTSEC-2021-0003")
+    # made up, in the shape of OSV's crates.io dump: a RustSec record and a GHSA record (its
+    # aliases name the RustSec id) about the same vulnerability
+    rustsec = one_range({"introduced": "1.0.0"}, {"fixed": "1.6.1"}, crate="smallvec")
+    rustsec.update(id="RUSTSEC-2099-0006", aliases=["CVE-2099-0006"])
+    rustsec["modified"] = "2026-01-01T00:00:00Z"
     ghsa = copy.deepcopy(rustsec)
-    ghsa["id"] = "GHSA-43w2-9j62-hq99"
-    ghsa["aliases"] = ["CVE-2021-25900", "RUSTSEC-2021-0003"]
+    ghsa["id"] = "GHSA-made-up0-0006"
+    ghsa["aliases"] = ["CVE-2099-0006", "RUSTSEC-2099-0006"]
     ghsa["modified"] = "2030-01-01T00:00:00Z"
     # an earlier import that stored the GHSA record as its own advisory
     first = ImportReport()
     import_advisories(db, [ghsa], "collected", first)
-    assert {r["OSV_ID"] for r in table(db, rust(db).vuln_hit)} == {"GHSA-43w2-9j62-hq99"}
+    assert {r["OSV_ID"] for r in table(db, db.vuln_hit)} == {"GHSA-made-up0-0006"}
 
     report = ImportReport()
     import_advisories(db, [ghsa, rustsec], "collected", report)
     assert report.duplicates_merged == 1 and report.advisories == 2
     raw = table(db, rust(db).vuln_raw)
-    assert [r["OSV_ID"] for r in raw] == ["RUSTSEC-2021-0003"]
-    assert "GHSA-43w2-9j62-hq99" in json.loads(raw[0]["ALIASES"])
+    assert [r["OSV_ID"] for r in raw] == ["RUSTSEC-2099-0006"]
+    assert "GHSA-made-up0-0006" in json.loads(raw[0]["ALIASES"])
     assert raw[0]["MODIFIED"] == datetime(2030, 1, 1)  # the later of the two
-    assert {r["OSV_ID"] for r in table(db, rust(db).vuln_v1)} == {"RUSTSEC-2021-0003"}
-    assert {(r["VERSION"], r["OSV_ID"]) for r in table(db, rust(db).vuln_hit)} == {
-        ("1.0.0", "RUSTSEC-2021-0003")
+    assert {r["OSV_ID"] for r in table(db, db.vuln_v1)} == {"RUSTSEC-2099-0006"}
+    assert {(r["VERSION"], r["OSV_ID"]) for r in table(db, db.vuln_hit)} == {
+        ("1.0.0", "RUSTSEC-2099-0006")
     }
 
 
@@ -443,7 +469,11 @@ def test_import_sends_few_statements(tmp_path: Path) -> None:
     from sqlalchemy import event
 
     db = Database(f"sqlite:///{tmp_path / 's.db'}")
-    records = all_fixtures()
+    records = []
+    for n in range(12):  # made up: 12 advisories over 4 crates, half with a CVE
+        made_up = one_range({"introduced": "0"}, {"fixed": f"1.{n}.0"}, crate=f"crate-{n % 4}")
+        made_up.update(id=f"RUSTSEC-2099-{100 + n:04d}", aliases=[f"CVE-2099-{100 + n}"][: n % 2])
+        records.append(made_up)
     statements: list[str] = []
     event.listen(
         db.engine, "before_cursor_execute", lambda *a: statements.append(a[2]), retval=False

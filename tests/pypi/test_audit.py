@@ -4,21 +4,21 @@ hit for hit, with an independent OSV evaluation (tests/pypi/osv_reference.py).""
 from __future__ import annotations
 
 import json
-from importlib import resources
 from pathlib import Path
 
 import pytest
 from stagecrawl.pypi.sca import PYPI, audit_inputs, audit_pypi, import_osv
 
+from stagecrawl.demo.advisories import PYPI_ADVISORIES, write_folder
 from stagecrawl.pypi.locks import parse_lock
 from stagecrawl.storage.db import Database
 from tests.cli import stagecrawl
 from tests.pypi import osv_reference
-from tests.pypi.conftest import PYPI_SHARED
+from tests.services import needs_shared, shared_path
 
-ZIP = PYPI_SHARED / "osv" / "PyPI" / "all.zip"
-LOCKS = PYPI_SHARED / "locks"
-needs_zip = pytest.mark.skipif(not ZIP.exists(), reason="../shared fixtures not beside the project")
+ZIP = shared_path("pypi", "osv", "PyPI", "all.zip")
+LOCKS = shared_path("pypi", "locks")
+needs_zip = needs_shared("pypi", "osv", "PyPI", "all.zip")
 LOCK_FILES = [
     "poetry-lock-1.1/poetry.lock",
     "poetry-lock-2.0/poetry.lock",
@@ -152,8 +152,8 @@ def test_a_lock_of_no_pypi_package_is_a_clean_audit(tmp_path: Path) -> None:
     It was 'say what to audit: NAME==VERSION … or --lockfile PATH', exit 2, to a command given
     --lockfile (a CI gate that failed for want of dependencies)."""
     url = f"sqlite:///{tmp_path / 'osv.db'}"
-    bundled = Path(str(resources.files("stagecrawl.demo") / "data" / "osv-pypi"))
-    import_osv(Database(url), bundled, "all", 4 * 1024 * 1024)
+    made_up = write_folder(tmp_path / "advisories", PYPI_ADVISORIES)  # the demo's
+    import_osv(Database(url), made_up, "all", 4 * 1024 * 1024)
     lock = tmp_path / "uv.lock"
     lock.write_text(
         'version = 1\nrequires-python = ">=3.11"\n\n[[package]]\nname = "myapp"\n'

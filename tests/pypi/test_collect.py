@@ -69,7 +69,10 @@ async def test_details_of_known_projects(pypi: PyPIOrigin) -> None:
         black = await collect_project(client, "Black")
         rows = {f.release.version: version_row(black, f, now, None) for f in black.versions}
         assert rows["21.11b0"]["YANKED"] is True
-        assert rows["21.11b0"]["YANKED_REASON"].startswith("Broken regex dependency")
+        assert (
+            rows["21.11b0"]["YANKED_REASON"]
+            == pypi.project("black").files_of("21.11b0")[0]["yanked"]
+        )
         assert rows["19.10b0"]["DEPENDENCY_SOURCE"] == "metadata"
         assert rows["19.10b0"]["REQUIRES_PYTHON"] == ">=3.6"
         # no final release: the highest non-yanked pre-release (21.11b0 is yanked)

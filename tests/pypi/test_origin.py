@@ -1,11 +1,24 @@
-"""The PyPI look-alike behaves as PyPI does where the crawler depends on it."""
+"""The PyPI look-alike behaves as PyPI does where the crawler depends on it (on the real replies
+of ../shared/fixtures/pypi/), and serves what its caller gives it."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
+from pathlib import Path
 
-from stagecrawl.testing.pypi_origin import SIMPLE_JSON, PyPIOrigin
+import pytest
+
+from stagecrawl.testing.pypi_origin import (
+    SIMPLE_JSON,
+    NoProjects,
+    PyPIOrigin,
+    Release,
+    build_project,
+    json_api_release,
+    synthetic_project,
+)
 from tests.pypi.http import get
 
 
@@ -110,3 +123,80 @@ def test_misbehaviour_on_demand(pypi: PyPIOrigin) -> None:
     pypi.rule("/simple/attrs/", too_many=1)
     assert get(f"{pypi.url}/simple/attrs/", accept=SIMPLE_JSON).status == 429
     assert get(f"{pypi.url}/simple/attrs/", accept=SIMPLE_JSON).status == 200
+
+
+# --- what the look-alike serves is what its caller gives it (no shared data needed) ----------
+
+
+def test_a_folder_without_simple_pages_is_refused_by_name(tmp_path: Path) -> None:
+    with pytest.raises(NoProjects, match=r"no PyPI project to serve under .*simple/<source>"):
+        PyPIOrigin().load_folder(tmp_path / "missing")
+    (tmp_path / "simple" / "pep658-metadata" / "x").mkdir(parents=True)
+    (tmp_path / "simple" / "pep658-metadata" / "x" / "a-1.0-py3-none-any.whl.metadata").touch()
+    with pytest.raises(NoProjects):
+        PyPIOrigin().load_folder(tmp_path)
+
+
+def test_an_origin_started_empty_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING), PyPIOrigin() as empty:
+        assert get(f"{empty.url}/simple/anything/", accept=SIMPLE_JSON).status == 404
+    assert any("serves no project" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING), PyPIOrigin(projects=[synthetic_project("a", 1)]):
+        pass
+    assert not caplog.records
+
+
+def test_a_folder_laid_out_as_shared_is_served(tmp_path: Path) -> None:
+    """A small made-up folder in the layout of ../shared/fixtures/pypi/: pages by source, a
+    variant page left out, JSON API releases and core metadata found beside them."""
+    built = build_project(
+        "Demo.Pkg", [Release("1.0", requires=["six>=1"]), Release("2.0", metadata=False)]
+    )
+    (tmp_path / "simple" / "made-up").mkdir(parents=True)
+    (tmp_path / "simple" / "made-up" / "demo-pkg.json").write_text(json.dumps(built.page))
+    variant = {**built.page, "versions": ["9.9"], "files": []}
+    (tmp_path / "simple" / "made-up" / "demo-pkg-variant.json").write_text(json.dumps(variant))
+    release = json_api_release("Demo.Pkg", Release("2.0", license="BSD"), None)
+    (tmp_path / "json" / "made-up" / "demo-pkg").mkdir(parents=True)
+    (tmp_path / "json" / "made-up" / "demo-pkg" / "2.0.json").write_text(json.dumps(release))
+    (tmp_path / "simple" / "pep658-metadata" / "made-up").mkdir(parents=True)
+    for filename, text in built.metadata.items():
+        (tmp_path / "simple" / "pep658-metadata" / "made-up" / f"{filename}.metadata").write_bytes(
+            text
+        )
+    with PyPIOrigin().load_folder(tmp_path) as origin:
+        page = json.loads(get(f"{origin.url}/simple/demo-pkg/", accept=SIMPLE_JSON).body)
+        assert page["versions"] == ["1.0", "2.0"]
+        wheel = next(f for f in page["files"] if f["core-metadata"])
+        served = get(wheel["url"] + ".metadata")
+        assert served.body == built.metadata[wheel["filename"]]
+        assert hashlib.sha256(served.body).hexdigest() == wheel["core-metadata"]["sha256"]
+        moved = get(f"{origin.url}/pypi/demo-pkg/2.0/json")
+        assert moved.headers["location"] == "/pypi/Demo.Pkg/2.0/json"  # the display name
+        info = json.loads(get(f"{origin.url}/pypi/Demo.Pkg/2.0/json").body)["info"]
+        assert info["license"] == "BSD"
+
+
+def test_projects_built_in_code() -> None:
+    built = build_project(
+        "Demo.Pkg",
+        [
+            Release("1.0", requires=["six>=1"], license_expression="MIT OR Apache-2.0"),
+            Release("1.1", yanked="broken build", metadata=False, json_api=True),
+            Release("1.2", metadata=False),
+        ],
+        summary="made up",
+    )
+    with PyPIOrigin(projects=[built]) as origin:
+        page = json.loads(get(f"{origin.url}/simple/demo-pkg/", accept=SIMPLE_JSON).body)
+        names = [f["filename"] for f in page["files"]]
+        assert names[:2] == ["Demo_Pkg-1.0-py3-none-any.whl", "Demo.Pkg-1.0.tar.gz"]
+        assert [f["yanked"] for f in page["files"]][2:4] == ["broken build", "broken build"]
+        metadata = get(page["files"][0]["url"] + ".metadata").body.decode()
+        assert "License-Expression: MIT OR Apache-2.0\n" in metadata
+        assert "Requires-Dist: six>=1\n" in metadata
+        known = json.loads(get(f"{origin.url}/pypi/Demo.Pkg/1.1/json").body)["info"]
+        assert known["yanked_reason"] == "broken build" and known["summary"] == "made up"
+        bare = json.loads(get(f"{origin.url}/pypi/Demo.Pkg/1.2/json").body)["info"]
+        assert bare["requires_dist"] is None  # neither metadata nor a reply: unknown

@@ -32,7 +32,7 @@ LAZY: dict[str, tuple[str, str] | tuple[str, str, str]] = {
     ),
     "demo": (
         "stagecrawl.cli.status:demo",
-        "Try stagecrawl offline: the whole pipeline against a bundled 127.0.0.1 mirror.",
+        "Try stagecrawl offline: crates.io, PyPI and aircraft on made-up data, on 127.0.0.1.",
     ),
     "audit": (
         "stagecrawl.cli.project:audit",

@@ -334,15 +334,19 @@ def _registry_tables(decl: RegistryDecl, part: dict[str, Any]) -> None:
 
 
 def demo(
-    out: Annotated[Path, typer.Option("--out", help="Where the demo writes.")] = Path(
-        "stagecrawl-demo"
-    ),
+    out: Annotated[
+        Path,
+        typer.Option("--out", help="Where the demo writes: a new or empty folder, or its own."),
+    ] = Path("stagecrawl-demo"),
 ) -> None:
-    """Try stagecrawl offline: the whole pipeline against a bundled 127.0.0.1 mirror."""
+    """Try stagecrawl offline: crates.io and PyPI (made-up packages and advisories) and
+    aircraft against bundled 127.0.0.1 mirrors. --out must be new, empty or an earlier demo's."""
     from stagecrawl.cli.common import state
     from stagecrawl.demo import run_demo
 
     async def body(stop: GracefulStop) -> int:
-        return await run_demo(out, console, state["quiet"], stop)
+        story = report_console()  # the demo's report: stdout (none with -q)
+        story.quiet = state["quiet"]
+        return await run_demo(out, story, console, state["quiet"], stop)
 
     run(body)

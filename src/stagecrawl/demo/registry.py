@@ -1,8 +1,8 @@
-"""The demo's bundled mirror: a sparse index and API answers for a few dozen crates.
+"""The demo's bundled mirror: a sparse index and API answers for a few dozen made-up crates.
 
-Crate names are real (so the bundled RustSec advisories hit them); the version histories,
-dependencies, checksums and metadata are generated here, deterministically, in the documented
-formats. Nothing is copied from crates.io.
+Every crate here is made up (names `demo-…`), and so is everything about it: version
+histories, dependencies, checksums and metadata are generated here, deterministically, in the
+documented formats. `build_mirror` writes any such table (the acceptance suites give it their own).
 """
 
 from __future__ import annotations
@@ -25,49 +25,54 @@ LICENSES = [
 ]
 
 # name -> (versions oldest first, dependencies of the newest versions, yanked versions)
-CRATES: dict[str, tuple[list[str], list[str], set[str]]] = {
-    "cfg-if": (["0.1.0", "0.1.10", "1.0.0"], [], set()),
-    "libc": (["0.2.100", "0.2.150", "0.2.155"], [], {"0.2.150"}),
-    "cc": (["1.0.79", "1.0.83", "1.1.0"], ["libc"], set()),
-    "log": (["0.4.17", "0.4.20", "0.4.22"], ["cfg-if"], set()),
-    "memchr": (["2.5.0", "2.6.0", "2.7.4"], [], set()),
-    "itoa": (["1.0.9", "1.0.11"], [], set()),
-    "ryu": (["1.0.15", "1.0.18"], [], set()),
-    "proc-macro2": (["1.0.66", "1.0.86"], [], set()),
-    "quote": (["1.0.33", "1.0.36"], ["proc-macro2"], set()),
-    "syn": (["1.0.109", "2.0.38", "2.0.72"], ["proc-macro2", "quote"], set()),
-    "serde_derive": (["1.0.188", "1.0.204"], ["syn", "quote", "proc-macro2"], set()),
-    "serde": (["1.0.188", "1.0.190", "1.0.204"], ["serde_derive"], {"1.0.190"}),
-    "serde_json": (["1.0.107", "1.0.120"], ["serde", "itoa", "ryu"], set()),
-    "aho-corasick": (["1.0.5", "1.1.3"], ["memchr"], set()),
-    "regex-syntax": (["0.7.5", "0.8.4"], [], set()),
-    "regex": (["1.9.5", "1.10.5"], ["aho-corasick", "memchr", "regex-syntax"], set()),
-    "bitflags": (["1.3.2", "2.4.0", "2.6.0"], [], set()),
-    "once_cell": (["1.18.0", "1.19.0"], [], set()),
-    "bytes": (["1.4.0", "1.6.1"], [], set()),
-    "getrandom": (["0.2.10", "0.2.15"], ["cfg-if", "libc"], set()),
-    "rand_core": (["0.6.4"], ["getrandom"], set()),
-    "rand": (["0.8.5"], ["rand_core", "libc"], set()),
-    "smallvec": (["0.6.9", "0.6.14", "1.6.0", "1.6.1", "1.13.2"], [], {"0.6.9"}),
-    "tar": (["0.4.15", "0.4.36", "0.4.44", "0.4.45"], ["libc"], set()),
-    "time": (["0.1.45", "0.2.22", "0.3.5", "0.3.36"], ["libc", "itoa"], set()),
-    "chrono": (["0.4.19", "0.4.38"], ["time"], set()),
-    "hyper": (["0.12.35", "0.14.9", "0.14.30", "1.4.1"], ["bytes", "log"], set()),
-    "openssl": (["0.10.38", "0.10.55", "0.10.66"], ["bitflags", "cfg-if", "libc"], set()),
-    "image": (["0.23.14", "0.25.2"], ["bytemuck"], set()),
-    "bytemuck": (["1.14.0", "1.16.1"], [], set()),
-    "tokio": (["1.32.0", "1.39.2"], ["bytes", "memchr", "libc"], set()),
+Crates = dict[str, tuple[list[str], list[str], set[str]]]
+CRATES: Crates = {
+    "demo-cfg": (["0.1.0", "0.1.4", "1.0.0"], [], set()),
+    "demo-sys": (["0.3.10", "0.3.12", "0.3.14"], [], {"0.3.12"}),
+    "demo-build": (["1.2.0", "1.2.3", "1.3.0"], ["demo-sys"], set()),
+    "demo-log": (["0.5.0", "0.5.2", "0.6.1"], ["demo-cfg"], set()),
+    "demo-memscan": (["1.0.0", "1.1.0", "1.2.2"], [], set()),
+    "demo-itoa": (["0.8.0", "0.8.3"], [], set()),
+    "demo-float": (["0.9.1", "0.9.4"], [], set()),
+    "demo-tokens": (["1.1.0", "1.1.8"], [], set()),
+    "demo-quote": (["0.7.0", "0.7.5"], ["demo-tokens"], set()),
+    "demo-parse": (["1.4.0", "2.0.1", "2.1.6"], ["demo-tokens", "demo-quote"], set()),
+    "demo_derive": (["1.0.3", "1.1.0"], ["demo-parse", "demo-quote", "demo-tokens"], set()),
+    "demo_serial": (["1.0.3", "1.0.4", "1.1.0"], ["demo_derive"], {"1.0.4"}),
+    "demo_json": (["0.9.0", "1.0.2"], ["demo_serial", "demo-itoa", "demo-float"], set()),
+    "demo-search": (["0.4.0", "0.5.1"], ["demo-memscan"], set()),
+    "demo-pattern-syntax": (["0.3.0", "0.3.8"], [], set()),
+    "demo-pattern": (
+        ["1.5.0", "1.6.2"],
+        ["demo-search", "demo-memscan", "demo-pattern-syntax"],
+        set(),
+    ),
+    "demo-flags": (["1.0.0", "2.0.0", "2.1.0"], [], set()),
+    "demo-once": (["1.3.0", "1.4.1"], [], set()),
+    "demo-bytes": (["0.6.0", "0.7.2"], [], set()),
+    "demo-entropy": (["0.3.0", "0.3.5"], ["demo-cfg", "demo-sys"], set()),
+    "demo-rand-core": (["0.5.1"], ["demo-entropy"], set()),
+    "demo-rand": (["0.7.2"], ["demo-rand-core", "demo-sys"], set()),
+    "demo-inline-vec": (["0.4.1", "0.4.6", "1.0.0", "1.2.0", "1.3.1"], [], {"0.4.1"}),
+    "demo-archive": (["0.2.0", "0.2.7", "0.3.0", "0.3.2"], ["demo-sys"], set()),
+    "demo-clock": (["0.1.9", "0.2.4", "0.3.0", "0.3.6"], ["demo-sys", "demo-itoa"], set()),
+    "demo-calendar": (["0.8.0", "0.9.3"], ["demo-clock"], set()),
+    "demo-web": (["0.9.0", "0.10.4", "0.10.9", "1.1.0"], ["demo-bytes", "demo-log"], set()),
+    "demo-tls": (["0.5.0", "0.5.3", "0.5.7"], ["demo-flags", "demo-cfg", "demo-sys"], set()),
+    "demo-pixels": (["2.0.0", "2.1.3"], [], set()),
+    "demo-image": (["0.4.0", "0.5.1"], ["demo-pixels"], set()),
+    "demo-runtime": (["1.6.0", "1.8.2"], ["demo-bytes", "demo-memscan", "demo-sys"], set()),
 }
 
 
-def _index_line(name: str, vers: str, deps: list[str], yanked: bool) -> str:
+def _index_line(crates: Crates, name: str, vers: str, deps: list[str], yanked: bool) -> str:
     entry: dict[str, Any] = {
         "name": name,
         "vers": vers,
         "deps": [
             {
                 "name": dep,
-                "req": f"^{CRATES[dep][0][-1].split('.')[0]}",
+                "req": f"^{crates[dep][0][-1].split('.')[0]}",
                 "features": [],
                 "optional": False,
                 "default_features": True,
@@ -83,15 +88,18 @@ def _index_line(name: str, vers: str, deps: list[str], yanked: bool) -> str:
     return json.dumps(entry, separators=(",", ":"))
 
 
-def build_mirror(root: Path) -> None:
-    """Write index/ (with config.json) and api/api/v1/crates/<name> under root."""
+def build_mirror(root: Path, crates: Crates = CRATES) -> None:
+    """Write index/ (with config.json) and api/api/v1/crates/<name> under root, for the demo's
+    crates or the table given."""
     index_root, api_root = root / "index", root / "api" / "api" / "v1" / "crates"
     index_root.mkdir(parents=True, exist_ok=True)
     api_root.mkdir(parents=True, exist_ok=True)
     (index_root / "config.json").write_text(json.dumps({"dl": "http://127.0.0.1/dl", "api": None}))
-    for position, (name, (versions, deps, yanked)) in enumerate(sorted(CRATES.items())):
+    for position, (name, (versions, deps, yanked)) in enumerate(sorted(crates.items())):
         lines = [
-            _index_line(name, vers, deps if i == len(versions) - 1 else deps[:1], vers in yanked)
+            _index_line(
+                crates, name, vers, deps if i == len(versions) - 1 else deps[:1], vers in yanked
+            )
             for i, vers in enumerate(versions)
         ]
         path = index_root / index_path(name)
@@ -104,10 +112,10 @@ def build_mirror(root: Path) -> None:
                     "crate": {
                         "id": name,
                         "name": name,
-                        "description": f"The {name} crate (demo data)",
+                        "description": f"{name}: a made-up crate (stagecrawl.demo.registry)",
                         "repository": f"https://example.org/{name}",
                         "homepage": None,
-                        "documentation": f"https://docs.rs/{name}",
+                        "documentation": f"https://example.org/{name}/docs",
                         "downloads": 1000 * (position + 1),
                     },
                     "versions": [

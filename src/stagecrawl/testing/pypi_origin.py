@@ -1,5 +1,13 @@
-"""A PyPI look-alike on 127.0.0.1, built from real PyPI replies (`pypi_fixtures/`, licences
-and SOURCE notes beside them): what stagecrawl's PyPI tests, benches and demo crawl.
+"""A PyPI look-alike on 127.0.0.1: what stagecrawl's PyPI tests, benches and demo crawl.
+
+It serves what its caller gives it, and nothing of its own:
+- `load_folder(DIR)`: real PyPI replies from a folder laid out as `../shared/fixtures/pypi/` is
+  (Simple pages, JSON API releases, PEP 658 metadata; the project keeps no copy of them);
+- `add_project(...)`: projects built in code — `synthetic_project()` (N uniform releases) or
+  `build_project()` (releases described one by one: dependencies, licenses, yanks, metadata or
+  none, a JSON API reply or none).
+An origin started with no project says so in a warning; `load_folder` on a folder without a
+Simple page raises `NoProjects`.
 
 One host serves the three PyPI endpoints under their own paths, each a lane of its own:
 
@@ -16,6 +24,9 @@ and `X-PyPI-Last-Serial`. A request without a contact in its User-Agent gets 406
 refuses generic clients. `strict()` puts one token bucket (burst 1) on each lane; `misbehave()`
 serves HTML where JSON was asked, bodies that are not JSON, or 429s on demand. Everything
 the server sees is in `log` with its arrival time (from TestOrigin).
+
+`python -m stagecrawl.testing.pypi_origin --root DIR` (or `--synthetic N`) serves until
+interrupted.
 """
 
 from __future__ import annotations
@@ -28,7 +39,9 @@ import fnmatch
 import hashlib
 import html
 import json
+import logging
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,11 +50,16 @@ from aiohttp import web
 
 from stagecrawl.testing.origin import Rule, TestOrigin
 
-FIXTURES = Path(__file__).with_name("pypi_fixtures")
+log = logging.getLogger("stagecrawl.testing.pypi_origin")
+
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 SIMPLE_HTML = "application/vnd.pypi.simple.v1+html"
 LANE_PATTERNS = {"index": "/simple/*", "api": "/pypi/*", "files": "/files/*"}
 NOT_FOUND_HTML = b"<html><head><title>404 Not Found</title></head><body>Not Found</body></html>"
+
+
+class NoProjects(ValueError):
+    """A folder given to `PyPIOrigin.load_folder` holds no Simple page to serve."""
 
 
 def normalize(name: str) -> str:
@@ -135,31 +153,61 @@ def _file_path(url: str) -> str:
 
 
 class PyPIOrigin(TestOrigin):
-    """A PyPI look-alike (see the module docstring). Projects come from `load_fixtures()` or
-    `add_project()`; `require_contact` turns the 406 for generic User-Agents off."""
+    """A PyPI look-alike (see the module docstring). It serves the projects it is given:
+    `projects`, `add_project()`, or `load_folder()`. `require_contact=False` turns the 406 for
+    generic User-Agents off."""
 
-    def __init__(self, port: int = 0, require_contact: bool = True) -> None:
+    def __init__(
+        self, port: int = 0, require_contact: bool = True, projects: Iterable[Project] = ()
+    ) -> None:
         super().__init__(None, port)
         self.projects: dict[str, Project] = {}
         self.require_contact = require_contact
         self._misbehaviour: list[tuple[str, str]] = []
+        for project in projects:
+            self.add_project(project)
 
     # -- content --------------------------------------------------------------------------
     def add_project(self, project: Project) -> Project:
         self.projects[project.name] = project
         return project
 
-    def load_fixtures(self, root: Path = FIXTURES) -> PyPIOrigin:
-        """Every project of the fixture set: Simple pages, JSON API releases, core metadata."""
-        metadata = {p.name[: -len(".metadata")]: p.read_bytes() for p in root.glob("metadata/*")}
-        for page_path in sorted((root / "simple").glob("*.json")):
-            page = json.loads(page_path.read_text())
-            name = normalize(page.get("name") or page_path.stem)
+    def load_folder(self, root: Path) -> PyPIOrigin:
+        """Every project of a folder laid out as `../shared/fixtures/pypi/` is:
+
+        - `simple/<source>/<name>.json`: one PEP 691 page a project (a page whose file is not
+          named for its project, a variant such as `argset-700.json`, is left out; of two
+          sources holding one project the first in name order serves it);
+        - `json/<source>/<name>/<version>.json`: JSON API release replies of those projects
+          (the first source in name order wins a release two of them hold);
+        - `simple/pep658-metadata/<source>/<filename>.metadata`: the core metadata of the
+          pages' files.
+
+        Raises NoProjects when the folder holds no such page (or is not there)."""
+        simple = root / "simple"
+        metadata = {
+            p.name[: -len(".metadata")]: p.read_bytes()
+            for p in sorted(simple.glob("pep658-metadata/*/*.metadata"))
+        }
+        pages: dict[str, dict[str, Any]] = {}
+        for page_path in sorted(simple.glob("*/*.json")):
+            if page_path.parent.name == "pep658-metadata":
+                continue
+            page = json.loads(page_path.read_text(encoding="utf-8"))
+            name = normalize(str(page.get("name") or page_path.stem))
+            if normalize(page_path.stem) == name:
+                pages.setdefault(name, page)
+        if not pages:
+            raise NoProjects(
+                f"no PyPI project to serve under {root}: expected Simple pages at "
+                "simple/<source>/<name>.json, laid out as ../shared/fixtures/pypi/ is"
+            )
+        for name, page in sorted(pages.items()):
             page["versions"] = _pypi_versions(name, page)
             releases: dict[str, dict[str, Any]] = {}
-            for release in sorted((root / "json" / name).glob("*.json")):
-                document = json.loads(release.read_text())
-                releases[str(document["info"]["version"])] = document
+            for release in sorted(root.glob(f"json/*/{name}/*.json")):
+                document = json.loads(release.read_text(encoding="utf-8"))
+                releases.setdefault(str(document["info"]["version"]), document)
             display = next(
                 (str(r["info"]["name"]) for r in releases.values() if r.get("info")), name
             )
@@ -168,7 +216,8 @@ class PyPIOrigin(TestOrigin):
                 for f in page.get("files", [])
                 if f["filename"] in metadata
             }
-            self.add_project(Project(display, page, releases, own, last_serial=1000 + len(name)))
+            serial = page.get("meta", {}).get("_last-serial") or 1000 + len(name)
+            self.add_project(Project(display, page, releases, own, last_serial=serial))
         return self
 
     def project(self, name: str) -> Project:
@@ -180,6 +229,16 @@ class PyPIOrigin(TestOrigin):
         for f in project.files_of(version):
             f["yanked"] = reason
         project.last_serial += 1
+
+    async def start_async(self) -> PyPIOrigin:
+        await super().start_async()
+        if not self.projects:
+            log.warning(
+                "the PyPI look-alike at %s serves no project: give it a folder laid out as "
+                "../shared/fixtures/pypi/ (load_folder) or projects built in code (add_project)",
+                self.url,
+            )
+        return self
 
     # -- politeness and misbehaviour ------------------------------------------------------
     def strict(
@@ -463,6 +522,110 @@ class PyPIOrigin(TestOrigin):
         return self._not_found()
 
 
+@dataclass
+class Release:
+    """One release of a project built in code (`build_project`), as its files and core metadata
+    declare it. Its dependencies are known where its metadata is served (`metadata`) or its JSON
+    API reply lists them (`json_api`); with neither, PyPI cannot say (requires_dist null)."""
+
+    version: str
+    requires: list[str] = field(default_factory=list)  # Requires-Dist lines
+    license: str | None = "MIT"  # the free-text License field
+    license_expression: str | None = None  # PEP 639
+    classifiers: list[str] = field(default_factory=list)
+    requires_python: str | None = ">=3.8"
+    yanked: bool | str = False  # True, or the reason given
+    metadata: bool = True  # its wheel's core metadata is served (PEP 658)
+    json_api: bool = False  # the JSON API has a reply of its own for it
+    upload_time: str | None = None  # ISO 8601 with Z; a date in 2024 when None
+
+
+def build_project(
+    name: str, releases: Iterable[Release], summary: str | None = None, last_serial: int = 1
+) -> Project:
+    """A project of the given releases, each one wheel (with core metadata when the release
+    says so) and one sdist. `name` is the display name (`Demo.Yaml`); files are named as
+    uploads spell them (`Demo_Yaml-1.0-py3-none-any.whl`, `Demo.Yaml-1.0.tar.gz`)."""
+    files: list[dict[str, Any]] = []
+    metadata: dict[str, bytes] = {}
+    documents: dict[str, dict[str, Any]] = {}
+    listed: list[str] = []
+    for i, release in enumerate(releases):
+        version = release.version
+        listed.append(version)
+        stem = f"{re.sub(r'[-_.]+', '_', name)}-{version}"
+        digest = hashlib.sha256(stem.encode()).hexdigest()
+        text = _core_metadata(name, release, summary)
+        core = {"sha256": hashlib.sha256(text).hexdigest()} if release.metadata else False
+        uploaded = release.upload_time or f"2024-01-{1 + i % 28:02d}T00:00:00.000000Z"
+        for filename, meta in (
+            (f"{stem}-py3-none-any.whl", core),
+            (f"{name}-{version}.tar.gz", False),
+        ):
+            files.append(
+                {
+                    "filename": filename,
+                    "url": f"https://files.pythonhosted.org/packages/{digest[:2]}/{digest[2:4]}/{digest[4:]}/{filename}",
+                    "hashes": {"sha256": digest},
+                    "requires-python": release.requires_python,
+                    "size": 1000 + i,
+                    "upload-time": uploaded,
+                    "yanked": release.yanked,
+                    "core-metadata": meta,
+                    "data-dist-info-metadata": meta,
+                }
+            )
+            if meta:
+                metadata[filename] = text
+        if release.json_api:
+            documents[version] = json_api_release(name, release, summary)
+    page: dict[str, Any] = {
+        "meta": {"api-version": "1.1"},
+        "name": normalize(name),
+        "versions": listed,
+        "files": files,
+    }
+    return Project(name, page, documents, metadata, last_serial=last_serial)
+
+
+def _core_metadata(name: str, release: Release, summary: str | None) -> bytes:
+    """The wheel's METADATA (email-header form), as PEP 658 serves it."""
+    lines = [
+        f"Metadata-Version: {'2.4' if release.license_expression else '2.1'}",
+        f"Name: {name}",
+        f"Version: {release.version}",
+    ]
+    if summary:
+        lines.append(f"Summary: {summary}")
+    if release.license is not None:
+        lines.append(f"License: {release.license}")
+    if release.license_expression:
+        lines.append(f"License-Expression: {release.license_expression}")
+    lines += [f"Classifier: {c}" for c in release.classifiers]
+    lines += [f"Requires-Dist: {r}" for r in release.requires]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def json_api_release(name: str, release: Release, summary: str | None) -> dict[str, Any]:
+    """The JSON API's reply for the release (`urls` and `last_serial` are the origin's)."""
+    return {
+        "info": {
+            "name": name,
+            "version": release.version,
+            "summary": summary,
+            "license": release.license,
+            "license_expression": release.license_expression,
+            "classifiers": list(release.classifiers),
+            "requires_dist": list(release.requires) or None,  # PyPI: null when none
+            "requires_python": release.requires_python,
+            "project_urls": None,
+            "yanked": bool(release.yanked),
+            "yanked_reason": release.yanked if isinstance(release.yanked, str) else None,
+        },
+        "vulnerabilities": [],
+    }
+
+
 def synthetic_project(
     name: str,
     versions: int,
@@ -472,44 +635,42 @@ def synthetic_project(
 ) -> Project:
     """A project of `versions` releases `1.0.<i>`, each one wheel (with core metadata when
     `with_metadata`) and one sdist; the releases at the indices in `yanked` are yanked."""
-    files: list[dict[str, Any]] = []
-    metadata: dict[str, bytes] = {}
-    listed = [f"1.0.{i}" for i in range(versions)]
-    for i, version in enumerate(listed):
-        stem = f"{name.replace('-', '_')}-{version}"
-        digest = hashlib.sha256(stem.encode()).hexdigest()
-        is_yanked = i in (yanked or set())
-        text = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\nLicense: MIT\n"
-        text += "".join(f"Requires-Dist: {r}\n" for r in requires or [])
-        core = {"sha256": hashlib.sha256(text.encode()).hexdigest()} if with_metadata else False
-        for filename, meta in ((f"{stem}-py3-none-any.whl", core), (f"{stem}.tar.gz", False)):
-            files.append(
-                {
-                    "filename": filename,
-                    "url": f"https://files.pythonhosted.org/packages/{digest[:2]}/{digest[2:4]}/{digest[4:]}/{filename}",
-                    "hashes": {"sha256": digest},
-                    "requires-python": ">=3.8",
-                    "size": 1000 + i,
-                    "upload-time": f"2024-01-{1 + i % 28:02d}T00:00:00.000000Z",
-                    "yanked": is_yanked,
-                    "core-metadata": meta,
-                    "data-dist-info-metadata": meta,
-                }
+    return build_project(
+        name,
+        [
+            Release(
+                f"1.0.{i}",
+                requires=list(requires or []),
+                yanked=i in (yanked or set()),
+                metadata=with_metadata,
             )
-            if meta:
-                metadata[filename] = text.encode()
-    page = {"meta": {"api-version": "1.1"}, "name": name, "versions": listed, "files": files}
-    return Project(name, page, {}, metadata)
+            for i in range(versions)
+        ],
+    )
 
 
 def main() -> None:
-    """`python -m stagecrawl.testing.pypi_origin`: serve the PyPI fixtures until interrupted."""
+    """`python -m stagecrawl.testing.pypi_origin --root DIR | --synthetic N`: serve the PyPI
+    replies of a folder laid out as ../shared/fixtures/pypi/, or N synthetic projects, until
+    interrupted."""
     parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--root", type=Path, help="a folder laid out as ../shared/fixtures/pypi/")
+    parser.add_argument("--synthetic", type=int, metavar="N", help="serve N synthetic projects")
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args()
+    origin = PyPIOrigin(args.port)
+    try:
+        if args.root is not None:
+            origin.load_folder(args.root)
+        for n in range(args.synthetic or 0):
+            origin.add_project(synthetic_project(f"synthetic-{n}", 3, requires=["six>=1.0"]))
+    except NoProjects as exc:
+        parser.exit(2, f"error: {exc}\n")
+    if not origin.projects:
+        parser.exit(2, "error: nothing to serve: give --root DIR or --synthetic N\n")
 
     async def serve() -> None:
-        origin = await PyPIOrigin(args.port).load_fixtures().start_async()
+        await origin.start_async()
         print(origin.url, flush=True)
         await asyncio.Event().wait()
 
