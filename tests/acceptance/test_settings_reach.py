@@ -58,7 +58,7 @@ PYPI_LANES = {
 NETWORK = {"db", "contact", "concurrency", "redis_url", "grace_period"}
 COLLECTING = NETWORK | {"lease_seconds", "ai_license_url", "ai_rate"}
 OBSERVED = {
-    "crates seed": CRATES_INDEX | {"crates.api_url"} | NETWORK,
+    "crates seed": CRATES_LANES | NETWORK,
     "crates collect": CRATES_LANES | COLLECTING,
     "crates crawl": CRATES_LANES | COLLECTING,
     "crates lock": CRATES_INDEX | {"crates.api_url", "cache_dir", "db", "contact"},
@@ -66,7 +66,7 @@ OBSERVED = {
     "crates dbdump": {"db", "contact"},
     "crates audit": {"crates.index_url", "cache_dir", "db"},
     "crates licenses check": {"crates.index_url", "cache_dir", "db"},
-    "pypi seed": {"pypi.index_url", "pypi.api_url", "pypi.index_rate"} | NETWORK,
+    "pypi seed": PYPI_LANES | NETWORK,
     "pypi collect": PYPI_LANES | COLLECTING,
     "pypi crawl": PYPI_LANES | COLLECTING,
     "pypi refresh": PYPI_LANES | COLLECTING,
@@ -226,7 +226,8 @@ def test_seed_concurrency_and_refresh_concurrency_are_used(mirror: Mirror, tmp_p
              "--index-burst", "4"]  # fmt: skip
     report = run_json(
         "crates", "seed", *NAMES, *flags, "--concurrency", "1", "--grace-period", "3",
-        "--index-budget", "900/90s", "--redis-url", REDIS_URL,
+        "--index-budget", "900/90s", "--redis-url", REDIS_URL, "--api-rate", "6",
+        "--api-burst", "3", "--api-budget", "60/6s",
     )  # fmt: skip
     assert in_flight(mirror.index) == 1  # config.json aside: one crate at a time
     assert versions(db) == 0 and report["seed"]["new_events"] > 0
@@ -235,6 +236,9 @@ def test_seed_concurrency_and_refresh_concurrency_are_used(mirror: Mirror, tmp_p
     assert report["settings"]["lanes"]["index"]["rate"] == 50.0
     assert report["settings"]["lanes"]["index"]["burst"] == 4
     assert report["settings"]["lanes"]["index"]["budgets"] == ["900/90s"]
+    assert report["settings"]["lanes"]["api"] | {"url": None} == {
+        "url": None, "rate": 6.0, "burst": 3, "budgets": ["60/6s"], "token": False
+    }  # fmt: skip
     assert report["settings"]["limiter"] == "redis"
     assert CONTACT in next(iter(agents(mirror.index)))
     mirror.index.log.clear()

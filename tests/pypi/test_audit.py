@@ -7,13 +7,16 @@ import json
 from pathlib import Path
 
 import pytest
-from stagecrawl.pypi.sca import PYPI, audit_inputs, audit_pypi, import_osv
 
 from stagecrawl.demo.advisories import PYPI_ADVISORIES, write_folder
+from stagecrawl.kernel.sca import import_records
+from stagecrawl.pypi.ecosystem import PYPI
 from stagecrawl.pypi.locks import parse_lock
 from stagecrawl.storage.db import Database
 from tests.cli import stagecrawl
 from tests.pypi import osv_reference
+from tests.pypi.kernel import PYPI as REGISTRY
+from tests.pypi.kernel import audit
 from tests.services import needs_shared, shared_path
 
 ZIP = shared_path("pypi", "osv", "PyPI", "all.zip")
@@ -36,7 +39,7 @@ LOCK_FILES = [
 @pytest.fixture(scope="module")
 def advisories_db(tmp_path_factory: pytest.TempPathFactory) -> str:
     url = f"sqlite:///{tmp_path_factory.mktemp('osv') / 'osv.db'}"
-    report = import_osv(Database(url), ZIP, "all", 4 * 1024 * 1024)
+    report = import_records(Database(url), REGISTRY, ZIP, "all", 4 * 1024 * 1024)
     assert report.advisories == 2661
     return url
 
@@ -52,7 +55,7 @@ def test_audit_agrees_with_an_independent_osv_evaluation(
     lock_path: str, advisories_db: str, reference: dict[str, list[dict[str, object]]]
 ) -> None:
     path = LOCKS / lock_path
-    report = audit_pypi(advisories_db, audit_inputs([], [path]), [])
+    report = audit(advisories_db, lockfiles=[path])
     got = {(h.package.name, h.package.version, h.advisory.osv_id) for h in report.hits}
     lock = parse_lock(path.read_text(), path.name)
     want = {
@@ -66,10 +69,8 @@ def test_audit_agrees_with_an_independent_osv_evaluation(
 
 @needs_zip
 def test_known_hits_and_the_version_order(advisories_db: str) -> None:
-    report = audit_pypi(
-        advisories_db,
-        audit_inputs(["requests==2.18.0", "py==1.11.0", "Django==3.1.5", "requests==2.32.3"], []),
-        [],
+    report = audit(
+        advisories_db, ["requests==2.18.0", "py==1.11.0", "Django==3.1.5", "requests==2.32.3"]
     )
     hits = {(h.package.name, h.package.version, h.advisory.osv_id) for h in report.hits}
     assert ("requests", "2.18.0", "PYSEC-2018-28") in hits
@@ -153,7 +154,7 @@ def test_a_lock_of_no_pypi_package_is_a_clean_audit(tmp_path: Path) -> None:
     --lockfile (a CI gate that failed for want of dependencies)."""
     url = f"sqlite:///{tmp_path / 'osv.db'}"
     made_up = write_folder(tmp_path / "advisories", PYPI_ADVISORIES)  # the demo's
-    import_osv(Database(url), made_up, "all", 4 * 1024 * 1024)
+    import_records(Database(url), REGISTRY, made_up, "all", 4 * 1024 * 1024)
     lock = tmp_path / "uv.lock"
     lock.write_text(
         'version = 1\nrequires-python = ">=3.11"\n\n[[package]]\nname = "myapp"\n'

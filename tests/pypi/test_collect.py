@@ -122,29 +122,35 @@ async def test_strict_origin_sees_no_429_at_the_lane_rates(pypi: PyPIOrigin) -> 
 
 
 async def test_collect_one_matches_pins_by_pep440_equality(pypi: PyPIOrigin) -> None:
-    from stagecrawl.pypi.work import FAILED, NOT_FOUND, SEEDED, collect_one, seed_one
+    """The registry's unit of work (the kernel claims, skips what is stored and writes):
+    rows for the versions asked, matched by PEP 440 equality; what the page lists, by that
+    equality too; a missing project and an unreadable page raised for the kernel to judge."""
+    from stagecrawl.kernel.registry import CollectContext
+    from stagecrawl.pypi.plugin import REGISTRY
+    from stagecrawl.pypi.versions import version_key
 
     client = client_for(pypi)
-    now = datetime(2026, 1, 1)
+    context = CollectContext(datetime(2026, 1, 1))
     async with client.fetcher:
-        result = await collect_one(client, "PyYAML", {"3.13.0", "9.9"}, now)
-        assert result.state == SEEDED
-        assert [r["VERSION"] for r in result.version_rows] == ["3.13"]
-        assert result.missing == {"9.9"}
-        assert result.product_row is not None and result.product_row["NAME"] == "PyYAML"
-        skipped = await collect_one(client, "toga", {"0.3.0", "0.4.0"}, now, skip={"0.4.0"})
-        assert [r["VERSION"] for r in skipped.version_rows] == ["0.3.0"]
-        assert {str(k): y for k, y in skipped.listed.items()} == {
+        result = await REGISTRY.collect_one(client, "PyYAML", ["3.13.0", "9.9"], context)
+        versions, product = result.rows
+        assert [r["VERSION"] for r in versions] == ["3.13"]
+        assert version_key("3.13.0") in result.listed and version_key("9.9") not in result.listed
+        assert product["NAME"] == "PyYAML"
+        toga = await REGISTRY.collect_one(client, "toga", ["0.3.0"], context)
+        assert [r["VERSION"] for r in toga.rows[0]] == ["0.3.0"]
+        assert {str(k): y for k, y in toga.listed.items()} == {
             "0.3.0.dev1": False,
             "0.3.0.dev2": False,
             "0.3.0": False,
             "0.4.0": False,
         }
-        assert (await collect_one(client, "nope-nope", {"1"}, now)).state == NOT_FOUND
+        with pytest.raises(NotFound):
+            await REGISTRY.collect_one(client, "nope-nope", ["1"], context)
         pypi.misbehave("/simple/six/", "html")
-        failed = await collect_one(client, "six", {"1.11.0"}, now)
-        assert failed.state == FAILED and failed.error and "HTML" in failed.error
-        seeded = await seed_one(client, "Requests")
-        assert seeded.state == SEEDED and seeded.page is not None
-        assert len(seeded.page.project.releases) == 6
-        assert (await seed_one(client, "six")).state == FAILED
+        with pytest.raises(SimpleFormatError, match="HTML"):
+            await REGISTRY.collect_one(client, "six", ["1.11.0"], context)
+        seeded = await REGISTRY.seed_one(client, "Requests")
+        assert seeded.name == "requests" and len(seeded.versions) == 6
+        with pytest.raises(SimpleFormatError):
+            await REGISTRY.seed_one(client, "six")

@@ -8,15 +8,12 @@ import json
 from pathlib import Path
 
 from sqlalchemy import select
-from stagecrawl.pypi.pipeline import CollectSettings
-from stagecrawl.pypi.refresh import refresh
 
-from stagecrawl.engine.shutdown import GracefulStop
-from stagecrawl.pypi import pipeline, tables
 from stagecrawl.storage.db import Database
 from stagecrawl.testing.pypi_origin import PyPIOrigin
 from tests.cli import stagecrawl
-from tests.pypi.test_pipeline import client, rows
+from tests.pypi.kernel import client, collect, refresh, tables
+from tests.pypi.test_pipeline import rows
 
 NAMES = ["requests", "six", "toga"]
 
@@ -38,32 +35,31 @@ async def test_refresh_flips_yanks_and_registers_new_versions(
     pypi: PyPIOrigin, tmp_path: Path
 ) -> None:
     db = Database(f"sqlite:///{tmp_path / 'r.db'}")
-    c = client(pypi)
-    async with c.fetcher:
-        await pipeline.collect(db, c, CollectSettings(), GracefulStop("t"), names=NAMES)
+    async with client(pypi) as c:
+        await collect(db, c, NAMES)
     product = {r["PRODUCT_KEY"]: r for r in rows(db, "product")}
     assert product["requests"]["ETAG"] and product["requests"]["LAST_SERIAL"]
 
     before = len(pypi.requests_to("/simple/*"))
-    c = client(pypi)
-    async with c.fetcher:
-        quiet = await refresh(db, c, [], GracefulStop("t"))
-    assert (quiet.checked, quiet.unchanged, quiet.changed) == (3, 3, 0)
-    assert [r.status for r in pypi.requests_to("/simple/*")[before:]] == [304, 304, 304]
+    async with client(pypi) as c:
+        quiet = await refresh(db, c)
+    # the root listing's serials say nothing moved: nothing more is asked
+    assert (quiet.checked, quiet.changed) == (0, [])
+    assert [r.path for r in pypi.requests_to("/simple/*")[before:]] == ["/simple/"]
 
     pypi.yank("requests", "2.19.0", "broken")
     add_release(pypi, "six", "1.12.0")
-    c = client(pypi)
-    async with c.fetcher:
-        changed = await refresh(db, c, [], GracefulStop("t"))
-        assert (changed.unchanged, changed.changed, changed.new_events) == (1, 2, 1)
-        assert changed.yank_flips == 1
-        await pipeline.collect(db, c, CollectSettings(), GracefulStop("t"))
+    async with client(pypi) as c:
+        changed = await refresh(db, c)
+        # only the two projects whose serial moved are asked (toga's did not)
+        assert (changed.checked, changed.changed, changed.new_events) == (2, ["requests", "six"], 1)
+        assert changed.yanked_changes == 1
+        await collect(db, c)
     version = {(r["PRODUCT_KEY"], r["VERSION"]): r for r in rows(db, "version")}
     assert version[("requests", "2.19.0")]["YANKED"]
     assert ("six", "1.12.0") in version
     assert version[("six", "1.12.0")]["DEPENDENCIES"] is None  # no metadata, API: null
-    listed = {(r["CRATE_NAME"], r["VERSION"]): r for r in rows(db, "list")}
+    listed = {(r["PROJECT_NAME"], r["VERSION"]): r for r in rows(db, "list")}
     assert listed[("requests", "2.19.0")]["YANKED"]
     product = {r["PRODUCT_KEY"]: r for r in rows(db, "product")}
     assert product["requests"]["LATEST_VERSION"] == "2.18.4"
@@ -71,12 +67,11 @@ async def test_refresh_flips_yanks_and_registers_new_versions(
     assert product["six"]["VERSION_COUNT"] == 2
 
     pypi.yank("requests", "2.19.0", False)  # the yank reversed
-    c = client(pypi)
-    async with c.fetcher:
-        back = await refresh(db, c, ["requests"], GracefulStop("t"))
-    assert (back.checked, back.yank_flips) == (1, 1)
+    async with client(pypi) as c:
+        back = await refresh(db, c, ["requests"])
+    assert (back.checked, back.yanked_changes) == (1, 1)
     with db.engine.connect() as conn:
-        t = tables.tables(db).product
+        t = tables(db).product
         latest = conn.execute(select(t.c.LATEST_VERSION).where(t.c.PRODUCT_KEY == "requests"))
         assert latest.scalar_one() == "2.19.0"
 

@@ -314,7 +314,7 @@ def add_collect_commands(app: typer.Typer, decl: RegistryDecl) -> None:
     command(
         app,
         "seed",
-        [*seeding, *common, *pick(decl, *NETWORK), *section_params(decl, ("index",))],
+        [*seeding, *common, *pick(decl, *NETWORK), *own],
         lambda o: crawl(o, names=True, collect=False),
         f"Register every version of each {w.unit} (from {w.index}) in the LIST table.",
     )

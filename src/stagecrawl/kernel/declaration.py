@@ -28,6 +28,9 @@ class Words:
     problems_key: str = "problems"
     problems_row: str = "problems (kept, reported)"  # the same, in a report's table
     problems_line: str = "problems"  # the same, opening a line on stderr
+    # whether such problems fail the run (exit 1): crates.io's unreadable index lines may hide
+    # versions; PyPI's invalid versions are kept, only reported
+    problems_fail: bool = True
     name_example: str = "NAME"  # in help: what a name argument looks like
 
 

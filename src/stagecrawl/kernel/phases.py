@@ -56,8 +56,9 @@ class CollectReport:
     @property
     def problems(self) -> bool:
         seed = self.seed is not None and self.seed.has_problems
-        collect = self.collect is not None and bool(
-            self.collect.failed or self.collect.outcomes[NOT_FOUND] or self.collect.problems
+        c = self.collect
+        collect = c is not None and bool(
+            c.failed or c.outcomes[NOT_FOUND] or (c.words.problems_fail and c.problems)
         )
         return seed or collect or self.waiting is not None
 

@@ -65,7 +65,8 @@ class RefreshReport:
 
     @property
     def has_problems(self) -> bool:
-        return bool(self.failed or self.gone or self.problems or self.not_asked.reasons)
+        problems = self.words.problems_fail and bool(self.problems)
+        return bool(self.failed or self.gone or problems or self.not_asked.reasons)
 
     def as_json(self) -> dict[str, object]:
         return {

@@ -75,7 +75,8 @@ class SeedReport:
 
     @property
     def has_problems(self) -> bool:
-        return bool(self.not_found or self.failed or self.gave_up or self.problems or self.waiting)
+        problems = self.words.problems_fail and bool(self.problems)
+        return bool(self.not_found or self.failed or self.gave_up or problems or self.waiting)
 
     def as_json(self) -> dict[str, Any]:
         return {

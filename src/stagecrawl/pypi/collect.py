@@ -217,8 +217,6 @@ def version_row(
         "FEATURES": _dumps(features),
         "CHECKSUM": next((f.hashes.get("sha256") for f in release.files if f.hashes), None),
         "YANKED": release.yanked,
-        "RUST_VERSION": None,
-        "LINKS": None,
         "URL": f"{PROJECT_PAGE}{project.name}/{release.version}/",
         "SCM": _dumps({"home_page": home, "project_urls": urls}),
         "DOWNLOADS": None,

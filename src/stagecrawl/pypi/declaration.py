@@ -67,6 +67,7 @@ DECLARATION = RegistryDecl(
         index="the index",
         problems_key="problems",
         problems_row="problems (kept, reported)",
+        problems_fail=False,
         name_example="requests",
     ),
     section=PypiSettings,
