@@ -107,6 +107,7 @@ def vulns_command(
             "entries skipped (too large)": report.read.skipped_too_large,
             "entries skipped (not OSV JSON)": report.read.skipped_invalid,
             "malformed (skipped, reported)": len(report.problems),
+            "unreadable parts (kept, warned)": len(report.warnings),
             "informational (unmaintained, unsound…)": report.informational,
             "advisory × crate pairs (RAW)": report.pairs,
             f"pairs in scope for V1 ({scope})": report.in_scope,
@@ -116,11 +117,15 @@ def vulns_command(
             "withdrawn": report.withdrawn,
             "collected versions hit": report.hits,
         }
+        # a record skipped whole fails the run; a part that cannot be read is a warning (the
+        # record is kept, and an audit says it could not evaluate it fully)
         code = EXIT_PARTIAL if report.problems else 0
-        if report.problems:
+        said = [*report.problems, *report.warnings]
+        if said:
+            what = f"{len(report.problems)} records skipped, {len(report.warnings)} parts kept"
             console.print(
-                f"[bold red]{len(report.problems)} malformed advisory parts skipped:[/] "
-                + escape("; ".join(report.problems)),
+                f"[bold {'red' if report.problems else 'yellow'}]{len(said)} malformed advisory"
+                f" parts ({what}):[/] " + escape("; ".join(said)),
                 highlight=False,
                 soft_wrap=True,
             )

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 from sqlalchemy import Connection, select
 
 from stagecrawl.errors import InputError, StorageError
@@ -27,6 +27,16 @@ from stagecrawl.sca.osv_read import read_advisories
 from stagecrawl.sca.policy import LicenseCheck, Policy, check_rows
 from stagecrawl.storage.db import Database
 
+
+def normalised(version: str) -> str:
+    """The PEP 440 normal form (`v23.9.0` → `23.9.0`, `2.0.0RC1` → `2.0.0rc1`, `3.0-1` →
+    `3.0.post1`); a version that is not PEP 440 as written."""
+    try:
+        return str(Version(version))
+    except InvalidVersion:
+        return version
+
+
 PYPI = Ecosystem(
     name="PyPI",
     purl_type="pypi",
@@ -39,6 +49,7 @@ PYPI = Ecosystem(
     package_word="project",
     registry_key="pypi",
     lockfile_name="lock file",
+    normalise_version=normalised,  # equality: packaging's Version (the default key)
 )
 SCOPES = ("collected", "all")
 _PIN = re.compile(r"^\s*(?P<name>[^=\s]+)\s*==\s*(?P<version>\S+)\s*$")

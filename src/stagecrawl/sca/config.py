@@ -64,6 +64,9 @@ class GateConfig:
     severity_threshold: float | str | None = None  # CVSS base score, or a level name
     deny_kinds: frozenset[str] = frozenset()
     max_advisory_age: timedelta | None = None
+    # pip-audit's --strict: an input not audited (not from the registry, not a pin) or an
+    # advisory not fully evaluated fails the gate instead of being a warning
+    strict: bool = False
     allow: tuple[str, ...] = ()
     deny: tuple[str, ...] = ()
     exceptions: tuple[PackageRule, ...] = ()
@@ -82,6 +85,7 @@ class GateConfig:
             ),
             deny_kinds=self.deny_kinds | other.deny_kinds,
             max_advisory_age=other.max_advisory_age or self.max_advisory_age,
+            strict=other.strict or self.strict,
             allow=other.allow or self.allow,
             deny=other.deny or self.deny,
             exceptions=self.exceptions + other.exceptions,
@@ -307,7 +311,7 @@ def read_native(path: Path) -> GateConfig:
         file,
         "advisories",
         advisories,
-        {"ignore", "severity-threshold", "deny", "max-advisory-age"},
+        {"ignore", "severity-threshold", "deny", "max-advisory-age", "strict"},
     )
     ignores = []
     raw_ignores = advisories.get("ignore", [])
@@ -344,6 +348,10 @@ def read_native(path: Path) -> GateConfig:
     if "max-advisory-age" in advisories:
         age = _duration(file, "advisories", "max-advisory-age", advisories["max-advisory-age"])
         config = replace(config, max_advisory_age=age)
+    if "strict" in advisories:
+        if not isinstance(advisories["strict"], bool):
+            raise file.error("advisories", "strict", "must be true or false")
+        config = replace(config, strict=advisories["strict"])
     licenses = _table(file, "licenses")
     _unknown(file, "licenses", licenses, {"allow", "deny", "exceptions", "clarify"})
     return replace(config, **_license_fields(file, licenses))
