@@ -248,7 +248,11 @@ def audit_command(
     run(body, s.grace_period)
 
 
-def audit_text(report: AuditReport, fmt: str, sarif_root: Path | None = None) -> str:
+def audit_text(
+    report: AuditReport, fmt: str, sarif_root: Path | None = None, desc: bool = False
+) -> str:
+    """The report in `fmt` (every registry's audit); `desc` adds the advisories' details
+    (pip-audit's --desc) to the table, json and markdown."""
     from stagecrawl.sca.cyclonedx import audit_cyclonedx
     from stagecrawl.sca.ecosystem import utcnow
     from stagecrawl.sca.markdown import (
@@ -258,24 +262,34 @@ def audit_text(report: AuditReport, fmt: str, sarif_root: Path | None = None) ->
         audit_markdown,
         audit_rows,
         gate_lines,
+        unaudited_columns,
+        unaudited_rows,
+        unevaluated_columns,
+        unevaluated_rows,
     )
     from stagecrawl.sca.report_json import audit_json
     from stagecrawl.sca.sarif import audit_sarif
 
     if fmt == "json":
-        return json_text(audit_json(report))
+        return json_text(audit_json(report, desc))
     if fmt == "sarif":
         return json_text(audit_sarif(report, sarif_root))
     if fmt == "cyclonedx":
         return json_text(audit_cyclonedx(report, str(uuid.uuid4()), utcnow()))
     if fmt == "markdown":
-        return audit_markdown(report)
+        return audit_markdown(report, desc)
     lines = [audit_header(report) + "\n"]
     lines += [f"not audited: {problem}\n" for problem in report.problems]
     if report.hits:
-        lines.append(table_text(audit_columns(report), audit_rows(report)))
+        lines.append(table_text(audit_columns(report, desc), audit_rows(report, desc)))
     else:
         lines.append("no advisory hits the audited versions\n")
+    if report.unaudited:
+        lines.append("not audited:\n")
+        lines.append(table_text(unaudited_columns(report), unaudited_rows(report)))
+    if report.unevaluated:
+        lines.append("advisories not fully evaluated:\n")
+        lines.append(table_text(unevaluated_columns(report), unevaluated_rows(report)))
     lines += [line + "\n" for line in gate_lines(report)]
     lines.append(audit_footer(report) + "\n")
     return "".join(lines)

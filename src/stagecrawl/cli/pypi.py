@@ -7,10 +7,7 @@ configuration, 130/143 stopped by a signal."""
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import sys
-import uuid
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -53,7 +50,6 @@ if TYPE_CHECKING:  # the pipelines (aiohttp, SQLAlchemy, the engine) are importe
     from stagecrawl.engine.shutdown import GracefulStop
     from stagecrawl.pypi.client import PyPIClient
     from stagecrawl.pypi.pipeline import CollectReport, CollectSettings, LockReport, PyPIEndpoints
-    from stagecrawl.sca.audit import AuditReport
 
 app = typer.Typer(
     help="The PyPI pipeline: seed, collect, crawl, lock, audit…", no_args_is_help=True
@@ -389,7 +385,7 @@ def lock_command(
 # -- SCA: vulns, audit, licenses check ------------------------------------------------------
 
 DEFAULT_OSV_URL = "https://osv-vulnerabilities.storage.googleapis.com/PyPI/all.zip"
-AUDIT_FORMATS = ("table", "json", "sarif", "cyclonedx")
+AUDIT_FORMATS = ("table", "json", "sarif", "cyclonedx", "markdown")
 
 
 async def _osv_source(s: Settings, source: str, limit: int, stop: GracefulStop) -> bytes | Path:
@@ -443,6 +439,7 @@ def vulns_command(
                     "entries skipped (too large)": report.read.skipped_too_large,
                     "entries skipped (not OSV JSON)": report.read.skipped_invalid,
                     "malformed (skipped, reported)": len(report.problems),
+                    "unreadable parts (kept, warned)": len(report.warnings),
                     "advisory × project pairs (RAW)": report.pairs,
                     f"pairs in scope for V1 ({scope})": report.in_scope,
                     "RAW rows written": report.raw_written,
@@ -453,40 +450,13 @@ def vulns_command(
             )
 
         emit(fmt, asdict(report), tables)
+        # a part that cannot be read is a warning (the record is kept; an audit says it could
+        # not evaluate it fully); a record skipped whole fails the run
+        for warning in report.warnings:
+            console.print(f"warning: {warning}", highlight=False, markup=False, soft_wrap=True)
         return EXIT_PARTIAL if report.problems else EXIT_OK
 
     run(body, s.grace_period)
-
-
-def _print_audit(report: AuditReport) -> None:
-    """The table report (stdout, through `emit`); a pin not audited is a warning (stderr)."""
-    out = report_console()
-    out.print(
-        f"{len(report.packages)} packages against {report.advisories_stored} stored advisories"
-        f" (newest change {report.advisories_modified or '?'})",
-        highlight=False,
-    )
-    for problem in report.problems:
-        console.print(f"not audited: {problem}", highlight=False, markup=False, soft_wrap=True)
-    for h in report.hits:
-        out.print(
-            "\t".join(
-                (
-                    h.package.name,
-                    h.package.version,
-                    h.advisory.osv_id,
-                    " ".join(h.advisory.aliases),
-                    " or ".join(h.advisory.affected.patched()) or "no fix",
-                )
-            ),
-            highlight=False,
-            markup=False,
-            soft_wrap=True,
-        )
-    out.print(
-        f"{len(report.vulnerabilities)} vulnerabilities, {len(report.warnings)} warnings",
-        highlight=False,
-    )
 
 
 @app.command("audit")
@@ -499,7 +469,7 @@ def audit_command(
         typer.Option("--lockfile", help="requirements.txt, poetry.lock, uv.lock, pylock.toml."),
     ] = None,
     output: Annotated[
-        str, typer.Option("--format", help="table, json, sarif or cyclonedx (stdout).")
+        str, typer.Option("--format", help="table, json, sarif, cyclonedx or markdown (stdout).")
     ] = "table",
     deny: Annotated[
         list[str] | None,
@@ -520,11 +490,9 @@ def audit_command(
     first). Exit 1 when a vulnerability hits or a pin could not be audited. Read-only."""
     options = locals()
     s = guarded(lambda: settings_from(options))
+    from stagecrawl.cli.crates_sca import audit_text
+    from stagecrawl.cli.sca_render import deliver
     from stagecrawl.pypi import pipeline, sca
-    from stagecrawl.sca.cyclonedx import audit_cyclonedx
-    from stagecrawl.sca.ecosystem import utcnow
-    from stagecrawl.sca.report_json import audit_json
-    from stagecrawl.sca.sarif import audit_sarif
 
     async def body(stop: GracefulStop) -> int:
         if output not in AUDIT_FORMATS:
@@ -538,17 +506,8 @@ def audit_command(
         )
         inputs = sca.audit_inputs(targets or [], lockfile or [], tagged)
         report = await asyncio.to_thread(sca.audit_pypi, s.db, inputs, deny or [])
-        if output == "table":
-            emit(Format.table, {}, lambda: _print_audit(report))
-        else:
-            if output == "json":
-                document = audit_json(report)
-            elif output == "sarif":
-                document = audit_sarif(report)
-            else:
-                document = audit_cyclonedx(report, str(uuid.uuid4()), utcnow())
-            sys.stdout.write(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
-            sys.stdout.flush()
+        # the writers every registry's audit shares (headers on every table)
+        deliver(audit_text(report, output), None, report.exit_code)
         return report.exit_code
 
     run(body, s.grace_period)

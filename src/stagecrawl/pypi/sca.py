@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
@@ -15,11 +15,10 @@ from sqlalchemy import Connection, select
 
 from stagecrawl.errors import InputError, StorageError
 from stagecrawl.pypi import tables
-from stagecrawl.pypi.locks import LockFile
+from stagecrawl.pypi.locks import LockFile, read_lock
 from stagecrawl.pypi.names import name_problem, normalize
-from stagecrawl.pypi.pipeline import read_lockfile
 from stagecrawl.pypi.versions import sort_key
-from stagecrawl.sca.audit import AuditReport, Package, audit, parse_deny
+from stagecrawl.sca.audit import AuditReport, Package, Unaudited, audit, parse_deny
 from stagecrawl.sca.ecosystem import Ecosystem, VulnTables
 from stagecrawl.sca.matcher import LicenseMatcher
 from stagecrawl.sca.osv_import import ImportReport, RegistryState, import_advisories
@@ -106,7 +105,18 @@ def parse_targets(targets: Sequence[str]) -> list[Package]:
 
 
 def lock_packages(lock: LockFile) -> list[Package]:
-    return [Package(r.name, r.version, [lock.where]) for r in lock.pins()]
+    """The pins of a lock file, each where it is pinned (an included file, at its line)."""
+    packages = []
+    for release in lock.releases:
+        where = release.where or lock.where
+        lines = {where: release.line} if release.line else {}
+        packages.append(Package(release.name, release.version, [where], lines))
+    return packages
+
+
+def lock_unaudited(lock: LockFile) -> list[Unaudited]:
+    """What a lock names that is not audited, and why."""
+    return [Unaudited(p.name, p.version, p.where, p.reason, p.fails) for p in lock.not_audited]
 
 
 @dataclass
@@ -114,6 +124,8 @@ class AuditInputs:
     packages: list[Package]
     skipped: int
     problems: list[str]
+    unaudited: list[Unaudited] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
 
 def audit_inputs(
@@ -126,7 +138,9 @@ def audit_inputs(
     packages = parse_targets(targets)
     skipped = 0
     problems: list[str] = []
-    locks = [read_lockfile(path) for path in lockfiles]
+    unaudited: list[Unaudited] = []
+    notes: list[str] = []
+    locks = [read_lock(path) for path in lockfiles]
     for label, found in tagged:
         if isinstance(found, str):
             problems.append(f"{label}: {found}")
@@ -135,15 +149,21 @@ def audit_inputs(
     for lock in locks:
         packages += lock_packages(lock)
         skipped += len(lock.skipped)
-        problems += [f"{lock.where}: {line} (unpinned, not audited)" for line in lock.unpinned]
+        unaudited += lock_unaudited(lock)
+        notes += lock.notes
     if not packages and not problems and not locks:  # a lock of no PyPI package: a clean audit
         raise InputError("say what to audit: NAME==VERSION … or --lockfile PATH")
-    return AuditInputs(packages, skipped, problems)
+    return AuditInputs(packages, skipped, problems, unaudited, notes)
 
 
-def audit_pypi(db_url: str, inputs: AuditInputs, deny: Sequence[str]) -> AuditReport:
+def audit_pypi(
+    db_url: str, inputs: AuditInputs, deny: Sequence[str], strict: bool = False
+) -> AuditReport:
     """`pypi audit`: the pins asked about, against the stored PyPI advisories (collected or
-    not). An unpinned lock line is a problem (exit 1): it cannot be audited."""
+    not). An unpinned lock line, or a version PEP 440 cannot read, fails the audit (exit 1):
+    it cannot be audited. A pin not from the index (git, URL, path, editable) or an advisory
+    that could not be fully evaluated is said in the report, and fails it when `strict`
+    (pip-audit's --strict)."""
     denied = parse_deny(deny)
     try:
         database = Database(db_url, read_only=True)
@@ -162,6 +182,9 @@ def audit_pypi(db_url: str, inputs: AuditInputs, deny: Sequence[str]) -> AuditRe
         database.dispose()  # SQLite: its WAL closed with the last connection
     report.skipped = inputs.skipped
     report.problems = inputs.problems + report.problems
+    report.unaudited = inputs.unaudited + report.unaudited
+    report.notes += inputs.notes
+    report.strict = strict
     return report
 
 
