@@ -557,6 +557,8 @@ def licenses_check(
         }
 
         def tables() -> None:
+            if result.violations:  # a header on every table
+                report_console().print("project\tversion\tlicense\treason", markup=False)
             for v in result.violations:
                 report_console().print(
                     f"{v.package}\t{v.version}\t{v.expression or v.license or ''}\t{v.reason}",

@@ -75,12 +75,14 @@ class Ecosystem:
         except ValueError:
             return None
 
-    def identity(self, version: str) -> Hashable:
-        """What makes two spellings one version (see the class doc)."""
+    def identity(self, version: str, parsed: OrderedVersion | bool | None = True) -> Hashable:
+        """What makes two spellings one version (see the class doc). `parsed`: the version
+        already parsed (None: not a version), for a caller asking of many advisories."""
         if self.version_key is not None:
             return self.version_key(version)
-        parsed = self.parsed(version)
-        return ("text", version) if parsed is None else ("version", parsed)
+        if parsed is True:
+            parsed = self.parsed(version)
+        return ("text", version) if parsed is None or parsed is False else ("version", parsed)
 
     def same_version(self, left: str, right: str) -> bool:
         return left == right or self.identity(left) == self.identity(right)

@@ -78,15 +78,20 @@ class Affected:
     def _identity(self, version: str) -> Any:
         return self.ecosystem.identity(version) if self.ecosystem is not None else version
 
-    def listed(self, version: str) -> bool:
-        """Whether the `versions` list names `version`, by the ecosystem's equality."""
+    def listed(self, version: str, parsed: OrderedVersion | bool | None = True) -> bool:
+        """Whether the `versions` list names `version`, by the ecosystem's equality
+        (`parsed`: the version already parsed, None when it is not one)."""
         if version in self.versions:
             return True
+        if not self.versions:
+            return False
         count, identities = self._listed
         if count != len(self.versions):
             identities = frozenset(self._identity(v) for v in self.versions)
             self._listed = (len(self.versions), identities)
-        return self._identity(version) in identities
+        if self.ecosystem is None:
+            return False
+        return self.ecosystem.identity(version, parsed) in identities
 
     def hits(self, version: str) -> bool:
         assert self.ecosystem is not None
@@ -98,7 +103,7 @@ class Affected:
         advisories."""
         if parsed is not None and any(r.contains(parsed) for r in self.ranges):
             return True
-        return self.listed(version)
+        return self.listed(version, parsed)
 
     def patched(self) -> list[str]:
         """The version requirements outside every affected version above the first fix, as
