@@ -151,3 +151,27 @@ def test_hits_equal_an_independent_evaluation_on_53000_pins(imported: str) -> No
         if lowest is not None:  # (>X, after a last_affected X, has no lowest version)
             found, _ = osv_reference.evaluate(records, name, lowest.group(1))
             assert osv_id not in found, (osv_id, requirement)
+
+
+def test_the_four_real_overlapping_advisories(imported: str) -> None:
+    """The four a timeline walk with `introduced` first at a tie got wrong (108 versions in all):
+    PYSEC-2023-72 and PYSEC-2022-236 (pyspark), PYSEC-2022-42972 (apache-iotdb), PYSEC-2021-114
+    (wagtail)."""
+    pins = [
+        "pyspark==3.2.0", "pyspark==3.2.1", "pyspark==3.1.1", "pyspark==3.2.2",
+        "apache-iotdb==0.13.0", "apache-iotdb==0.13.2", "wagtail==2.11.6", "pyspark==3.1.2",
+    ]  # fmt: skip
+    report = audit_pypi(imported, audit_inputs(pins, []), [])
+    got = {(h.package.name, h.package.version, h.advisory.osv_id) for h in report.hits}
+    assert {
+        ("pyspark", "3.2.0", "PYSEC-2023-72"),
+        ("pyspark", "3.2.1", "PYSEC-2023-72"),
+        ("pyspark", "3.1.1", "PYSEC-2023-72"),
+        ("apache-iotdb", "0.13.0", "PYSEC-2022-42972"),
+        ("apache-iotdb", "0.13.2", "PYSEC-2022-42972"),
+        ("wagtail", "2.11.6", "PYSEC-2021-114"),
+        ("pyspark", "3.1.2", "PYSEC-2022-236"),
+    } <= got
+    assert ("pyspark", "3.2.2", "PYSEC-2023-72") not in got
+    pyspark = next(h for h in report.hits if h.advisory.osv_id == "PYSEC-2023-72")
+    assert pyspark.advisory.affected.patched() == [">=3.2.2"]  # was >=3.1.1

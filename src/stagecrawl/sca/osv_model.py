@@ -52,6 +52,9 @@ class Affected:
     _listed: tuple[int, frozenset[Any]] = field(
         default=(0, frozenset()), init=False, compare=False, repr=False
     )
+    _outside_made: tuple[tuple[int, int], list[tuple[str, OrderedVersion | None]]] = field(
+        default=((-1, -1), []), init=False, compare=False, repr=False
+    )
 
     def range_text(self) -> str:
         """VULN_RANGE: the intervals, then the listed versions no interval already holds
@@ -59,20 +62,27 @@ class Affected:
         return "|".join(self.range_texts())
 
     def range_texts(self) -> list[str]:
-        return [r.text() for r in self.ranges] + [f"[{v},{v}]" for v in self._outside()]
+        return [r.text() for r in self.ranges] + [f"[{v},{v}]" for v, _ in self._outside()]
 
-    def _outside(self) -> list[str]:
-        """The listed versions no interval holds, each identity once."""
+    def _outside(self) -> list[tuple[str, OrderedVersion | None]]:
+        """The listed versions no interval holds, each identity once, with their parsed
+        versions (made once: a report asks for the advice of every hit)."""
+        made_from = (len(self.versions), len(self.ranges))
+        if self._outside_made[0] == made_from:
+            return self._outside_made[1]
         seen: set[Any] = set()
         result = []
         for version in self.versions:
-            identity = self._identity(version)
+            parsed = self.ecosystem.parsed(version) if self.ecosystem is not None else None
+            identity = (
+                self.ecosystem.identity(version, parsed) if self.ecosystem is not None else version
+            )
             if identity in seen:
                 continue
             seen.add(identity)
-            parsed = self.ecosystem.parsed(version) if self.ecosystem is not None else None
             if parsed is None or not any(r.contains(parsed) for r in self.ranges):
-                result.append(version)
+                result.append((version, parsed))
+        self._outside_made = (made_from, result)
         return result
 
     def _identity(self, version: str) -> Any:
@@ -110,12 +120,7 @@ class Affected:
         RustSec writes them (`>=0.9.18, <0.10.0`, `>=0.10.2`): the versions to upgrade to.
         From the same union the hits come from, listed versions outside the ranges included,
         so no requirement admits an affected version."""
-        points = []
-        if self.ecosystem is not None:
-            for version in self._outside():
-                parsed = self.ecosystem.parsed(version)
-                if parsed is not None:
-                    points.append(Interval(version, version, True, parsed, parsed))
+        points = [Interval(v, v, True, p, p) for v, p in self._outside() if p is not None]
         merged = union([*self.ranges, *points])
         result = []
         for position, interval in enumerate(merged):
