@@ -161,13 +161,18 @@ def test_requirements_unpinned_lines_are_reported_not_guessed() -> None:
     )
     lock = parse_lock(text, "requirements.txt")
     assert [(r.name, r.version) for r in lock.pins()] == [("django", "3.1.5"), ("pyyaml", "5.4.1")]
+    # an include read from text alone has no file beside it to read: said, and it fails
     assert lock.unpinned == [
+        "line 5: -r other.txt (not followed: no file beside)",
         "line 3: requests>=2",
         "line 4: flask",
-        "line 5: -r other.txt (option not followed)",
         "line 9: six==1.*",
     ]
     assert lock.skipped == ["line 6: -e ./local", "line 7: foo @ https://example.org/foo.zip"]
+    named = {(p.name, p.reason.split(" (")[0], p.fails) for p in lock.not_audited}
+    assert ("./local", "editable", False) in named
+    assert ("foo", "a direct reference", False) in named
+    assert ("requests", "not pinned", True) in named
 
 
 def test_uv_lock_without_revision_skips_the_editable_root() -> None:

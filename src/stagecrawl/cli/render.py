@@ -276,6 +276,7 @@ def vulns_text(decl: RegistryDecl, report: ImportReport, fmt: str, scope: str) -
         "entries skipped (too large)": report.read.skipped_too_large,
         "entries skipped (not OSV JSON)": report.read.skipped_invalid,
         "malformed (skipped, reported)": len(report.problems),
+        "unreadable parts (kept, warned)": len(report.warnings),
         "informational (unmaintained, unsound…)": report.informational,
         f"advisory × {w.unit} pairs (RAW)": report.pairs,
         f"pairs in scope for V1 ({scope})": report.in_scope,
@@ -285,20 +286,26 @@ def vulns_text(decl: RegistryDecl, report: ImportReport, fmt: str, scope: str) -
         "withdrawn": report.withdrawn,
         "collected versions hit": report.hits,
     }
-    if report.problems:
-        shown = "; ".join(report.problems[:MAX_REASON_LINES])
-        more = f" (+{len(report.problems) - MAX_REASON_LINES} more)"
-        line(
-            f"{len(report.problems)} malformed advisory parts skipped",
-            shown + (more if len(report.problems) > MAX_REASON_LINES else ""),
-            "bold red",
-        )
+    # a record skipped whole fails the import; a part that cannot be read is a warning (the
+    # record is kept, and an audit says it could not evaluate it fully)
+    for said, what, colour in (
+        (report.problems, "malformed advisory records skipped", "bold red"),
+        (report.warnings, "advisory parts unreadable (records kept)", "yellow"),
+    ):
+        if said:
+            shown = "; ".join(said[:MAX_REASON_LINES])
+            more = (
+                f" (+{len(said) - MAX_REASON_LINES} more)" if len(said) > MAX_REASON_LINES else ""
+            )
+            line(f"{len(said)} {what}", shown + more, colour)
     return summary_text(fmt, "vulns", rows, public(report))
 
 
 def audit_text(
     report: AuditReport, fmt: str, sarif_root: Path | None = None, desc: bool = False
 ) -> str:
+    """The report in `fmt` (every registry's audit); `desc` adds the advisories' details
+    (pip-audit's --desc) to the table, json and markdown."""
     from stagecrawl.sca.cyclonedx import audit_cyclonedx
     from stagecrawl.sca.ecosystem import utcnow
     from stagecrawl.sca.markdown import (
@@ -308,30 +315,34 @@ def audit_text(
         audit_markdown,
         audit_rows,
         gate_lines,
+        unaudited_columns,
+        unaudited_rows,
+        unevaluated_columns,
+        unevaluated_rows,
     )
     from stagecrawl.sca.report_json import audit_json
     from stagecrawl.sca.sarif import audit_sarif
 
     if fmt == "json":
-        return json_text(audit_json(report))
+        return json_text(audit_json(report, desc))
     if fmt == "sarif":
         return json_text(audit_sarif(report, sarif_root))
     if fmt == "cyclonedx":
         return json_text(audit_cyclonedx(report, str(uuid.uuid4()), utcnow()))
     if fmt == "markdown":
-        return audit_markdown(report)
+        return audit_markdown(report, desc)
     lines = [audit_header(report) + "\n"]
     lines += [f"not audited: {problem}\n" for problem in report.problems]
-    lines += [f"not audited: {what}: {why}\n" for what, why in report.unaudited]
     if report.hits:
-        lines.append(table_text(audit_columns(report), audit_rows(report)))
-        if desc:
-            for hit in report.hits:
-                details = (hit.advisory.details or "").strip()
-                if details:
-                    lines.append(f"\n{hit.advisory.osv_id}: {details}\n")
+        lines.append(table_text(audit_columns(report, desc), audit_rows(report, desc)))
     else:
         lines.append("no advisory hits the audited versions\n")
+    if report.unaudited:
+        lines.append("not audited:\n")
+        lines.append(table_text(unaudited_columns(report), unaudited_rows(report)))
+    if report.unevaluated:
+        lines.append("advisories not fully evaluated:\n")
+        lines.append(table_text(unevaluated_columns(report), unevaluated_rows(report)))
     lines += [text + "\n" for text in gate_lines(report)]
     lines.append(audit_footer(report) + "\n")
     return "".join(lines)

@@ -23,8 +23,8 @@ from stagecrawl.engine.git import last_error_line as _last_error_line
 from stagecrawl.engine.git import run_git as _run
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.errors import InputError
-from stagecrawl.kernel.registry import LockInput
-from stagecrawl.sca.audit import DependencyGraph
+from stagecrawl.kernel.registry import LockInput, Pin
+from stagecrawl.sca.audit import DependencyGraph, Unaudited
 
 log = logging.getLogger("stagecrawl.lock")
 CRATES_IO_SOURCES = frozenset(
@@ -133,12 +133,14 @@ def read_cargo_lock(text: str, where: str, kind: str = LOCKFILE, folder: str = "
     packages = parse_lockfile(text, where)
     lines = package_lines(text)
     external = external_crates(packages)
-    pins = [(p.name, p.version, lines.get((p.name, p.version))) for p in external]
+    pins = [Pin(p.name, p.version, where, lines.get((p.name, p.version))) for p in external]
     others = sorted(
         {(p.name, p.version, p.source) for p in packages if p.source not in CRATES_IO_SOURCES},
         key=lambda t: (t[0], t[1], t[2] or ""),
     )
-    unaudited = [(f"{name} {version}", _not_crates_io(source)) for name, version, source in others]
+    unaudited = [
+        Unaudited(name, version, where, _not_crates_io(source)) for name, version, source in others
+    ]
     return LockInput(where, kind, pins, unaudited, graph=lock_graph(text, where, folder))
 
 

@@ -28,6 +28,7 @@ from stagecrawl.kernel.failures import explain_failure
 from stagecrawl.kernel.phases import registry_fetcher
 from stagecrawl.kernel.registry import LockInput, Registry
 from stagecrawl.queue.events import NewEvent, RegisterCounts
+from stagecrawl.sca.audit import Unaudited
 from stagecrawl.settings import Settings
 from stagecrawl.storage.db import Database
 
@@ -136,7 +137,7 @@ class InputReport:
     not_found: tuple[str, ...] = ()
     index_failed: dict[str, str] = field(default_factory=dict)
     rejected: dict[str, str] = field(default_factory=dict)  # "name version" -> why
-    unaudited: list[tuple[str, str]] = field(default_factory=list)  # not the registry's
+    unaudited: list[Unaudited] = field(default_factory=list)  # not the registry's, and why
     unpinned: list[str] = field(default_factory=list)
     error: str | None = None
 
@@ -168,7 +169,7 @@ class LockReport:
                     "not_found": list(r.not_found),
                     "index_failed": dict(sorted(r.index_failed.items())),
                     "rejected": dict(sorted(r.rejected.items())),
-                    "not_from_the_registry": [f"{w}: {why}" for w, why in r.unaudited],
+                    "not_from_the_registry": [u.text() for u in r.unaudited if not u.fails],
                     "unpinned": r.unpinned,
                     "error": r.error,
                 }
@@ -186,7 +187,8 @@ def checked_pins(
 ) -> dict[str, set[str]]:
     """The lock's pins that may enter the queue, by name; the others rejected with why."""
     pins: dict[str, set[str]] = {}
-    for name, version, _line in lock.pins:
+    for pin in lock.pins:
+        name, version = pin.name, pin.version
         try:  # before any URL is built from it or anything is registered
             registry.validate_name(name)
             registry.check_version(name, version)
@@ -214,7 +216,7 @@ async def register_lock(
     `expand` every version the source lists for each of its packages (yanked flagged)."""
     report.kind = lock.kind
     report.packages = len(lock.pins) + len(lock.unaudited)
-    report.unaudited, report.unpinned = list(lock.unaudited), list(lock.unpinned)
+    report.unaudited, report.unpinned = list(lock.unaudited), lock.unpinned
     pins = checked_pins(registry, lock, report)
     report.units = frozenset(pins)
     events: list[NewEvent] = []

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from stagecrawl.queue.events import EventList
     from stagecrawl.queue.sql import SqlQueue
     from stagecrawl.sca.ai import AiLicenseClient
-    from stagecrawl.sca.audit import DependencyGraph, Package
+    from stagecrawl.sca.audit import DependencyGraph, Package, Unaudited
     from stagecrawl.sca.ecosystem import Ecosystem, VulnTables
     from stagecrawl.sca.matcher import LicenseMatcher
     from stagecrawl.storage.db import Database
@@ -127,18 +127,34 @@ class RefreshPlan:
     requests: int = 0  # requests the plan itself cost (a root listing, feed pages)
 
 
+@dataclass(frozen=True)
+class Pin:
+    """A version a lock file pins, where (the lock, or a file it includes) and at which line."""
+
+    name: str
+    version: str
+    where: str
+    line: int | None = None
+
+
 @dataclass
 class LockInput:
-    """One lock file read: where it is, its kind, its pins (name, version, line), and what
-    it names that is not a registry pin (a git or path source, an unpinned line), with why."""
+    """One lock file read: where it is, its kind, its pins, and what it names that is not a
+    registry pin (a git or path source, an unpinned line: `sca.audit.Unaudited`, with why),
+    notes on how it was read (an include read once), its dependency graph where it has one."""
 
     where: str
     kind: str
-    pins: list[tuple[str, str, int | None]] = field(default_factory=list)
-    unaudited: list[tuple[str, str]] = field(default_factory=list)  # (what, why)
-    unpinned: list[str] = field(default_factory=list)
+    pins: list[Pin] = field(default_factory=list)
+    unaudited: list[Unaudited] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     rejected: dict[str, str] = field(default_factory=dict)  # "name version" -> why
     graph: DependencyGraph | None = None
+
+    @property
+    def unpinned(self) -> list[str]:
+        """The requirements that are not pins (they fail an audit: nothing can be said)."""
+        return [u.text() for u in self.unaudited if u.fails]
 
 
 class Registry(ABC, Generic[C]):

@@ -21,7 +21,15 @@ from stagecrawl.errors import ConfigError, InputError, StorageError
 from stagecrawl.kernel.lock import LockSources, read_lockfile, read_sources
 from stagecrawl.kernel.registry import LockInput, Registry
 from stagecrawl.sca.ai import AiBackfillReport, AiLicenseClient, backfill_ai
-from stagecrawl.sca.audit import CHUNK, AuditReport, Package, audit, merge_packages, parse_deny
+from stagecrawl.sca.audit import (
+    CHUNK,
+    AuditReport,
+    Package,
+    Unaudited,
+    audit,
+    merge_packages,
+    parse_deny,
+)
 from stagecrawl.sca.config import (
     SEVERITY_LEVELS,
     GateConfig,
@@ -155,16 +163,17 @@ class Gathered:
     whole: list[str] = field(default_factory=list)  # names: every collected version of each
     skipped: int = 0  # lock entries not from the registry
     problems: list[str] = field(default_factory=list)  # inputs that could not be read
-    unaudited: list[tuple[str, str]] = field(default_factory=list)  # (what, why)
+    unaudited: list[Unaudited] = field(default_factory=list)  # named, with why
+    notes: list[str] = field(default_factory=list)  # how inputs were read (an include once)
     locks: list[LockInput] = field(default_factory=list)
 
 
 def lock_packages(registry: Registry[Any], lock: LockInput) -> list[Package]:
     packages = []
-    for name, version, line in lock.pins:
-        package = registry.audit_package(name, version, lock.where)
-        if line is not None:
-            package.lines[lock.where] = line
+    for pin in lock.pins:
+        package = registry.audit_package(pin.name, pin.version, pin.where)
+        if pin.line is not None:
+            package.lines[pin.where] = pin.line
         packages.append(package)
     return packages
 
@@ -172,9 +181,9 @@ def lock_packages(registry: Registry[Any], lock: LockInput) -> list[Package]:
 def add_lock(registry: Registry[Any], gathered: Gathered, lock: LockInput) -> None:
     gathered.locks.append(lock)
     gathered.packages += lock_packages(registry, lock)
-    gathered.skipped += len(lock.unaudited)
-    gathered.unaudited += [(f"{lock.where}: {what}", why) for what, why in lock.unaudited]
-    gathered.problems += [f"{lock.where}: {line} (unpinned, not audited)" for line in lock.unpinned]
+    gathered.skipped += sum(1 for u in lock.unaudited if not u.fails)
+    gathered.unaudited += lock.unaudited
+    gathered.notes += lock.notes
     gathered.problems += [
         f"{lock.where}: {what}: {why}" for what, why in sorted(lock.rejected.items())
     ]
@@ -286,7 +295,8 @@ def audit_gathered(
     report = audit_packages(db, registry, packages, denied)
     report.skipped = gathered.skipped
     report.problems = gathered.problems + report.problems
-    report.unaudited = list(gathered.unaudited)
+    report.unaudited = gathered.unaudited + report.unaudited
+    report.notes += gathered.notes
     apply_gate(report, config, utcnow())
     return report
 

@@ -27,6 +27,7 @@ from stagecrawl.kernel.registry import (
     Collected,
     Listing,
     LockInput,
+    Pin,
     RefreshPlan,
     RefreshTarget,
     Registry,
@@ -39,6 +40,7 @@ from stagecrawl.pypi.ecosystem import PYPI
 from stagecrawl.pypi.locks import LockFile, locks_at_tag, parse_lock
 from stagecrawl.pypi.names import name_problem, normalize
 from stagecrawl.pypi.versions import is_valid, version_key
+from stagecrawl.sca.audit import Unaudited
 from stagecrawl.settings import Settings
 from stagecrawl.storage.db import Database
 
@@ -50,9 +52,11 @@ def lock_input(lock: LockFile) -> LockInput:
     return LockInput(
         lock.where,
         lock.kind,
-        pins=[(r.name, r.version, None) for r in lock.pins()],
-        unaudited=[(line, "not from a package index") for line in lock.skipped],
-        unpinned=list(lock.unpinned),
+        pins=[Pin(r.name, r.version, r.where or lock.where, r.line) for r in lock.releases],
+        unaudited=[
+            Unaudited(p.name, p.version, p.where, p.reason, p.fails) for p in lock.not_audited
+        ],
+        notes=list(lock.notes),
     )
 
 
@@ -202,7 +206,8 @@ class Pypi(Registry[PyPIClient]):
     # -- locks and pins ---------------------------------------------------------------------
 
     def read_lock(self, path: Path, text: str) -> LockInput:
-        return lock_input(parse_lock(text, path.name, str(path)))
+        """Any of PyPI's lock files; a requirements file with its `-r`/`-c` includes."""
+        return lock_input(parse_lock(text, path.name, str(path), path))
 
     async def locks_at_tag(
         self, repo: GitRepo, tag: str, s: Settings, stop: GracefulStop | None

@@ -64,13 +64,15 @@ class GateConfig:
     severity_threshold: float | str | None = None  # CVSS base score, or a level name
     deny_kinds: frozenset[str] = frozenset()
     max_advisory_age: timedelta | None = None
+    # pip-audit's --strict: an input not audited (not from the registry, not a pin) or an
+    # advisory not fully evaluated fails the gate instead of being a warning
+    strict: bool = False
     allow: tuple[str, ...] = ()
     deny: tuple[str, ...] = ()
     exceptions: tuple[PackageRule, ...] = ()
     clarify: tuple[PackageRule, ...] = ()
     files: tuple[str, ...] = ()  # the files read, in order
     notes: tuple[str, ...] = ()  # keys read but not applied, said once
-    strict: bool = False  # an input that could not be audited fails (pip-audit's --strict)
 
     def merged(self, other: GateConfig) -> GateConfig:
         """`other` over `self`: set values of `other` win; lists of ignores and rules add."""
@@ -83,13 +85,13 @@ class GateConfig:
             ),
             deny_kinds=self.deny_kinds | other.deny_kinds,
             max_advisory_age=other.max_advisory_age or self.max_advisory_age,
+            strict=other.strict or self.strict,
             allow=other.allow or self.allow,
             deny=other.deny or self.deny,
             exceptions=self.exceptions + other.exceptions,
             clarify=self.clarify + other.clarify,
             files=self.files + other.files,
             notes=self.notes + other.notes,
-            strict=self.strict or other.strict,
         )
 
 
@@ -309,7 +311,7 @@ def read_native(path: Path) -> GateConfig:
         file,
         "advisories",
         advisories,
-        {"ignore", "severity-threshold", "deny", "max-advisory-age"},
+        {"ignore", "severity-threshold", "deny", "max-advisory-age", "strict"},
     )
     ignores = []
     raw_ignores = advisories.get("ignore", [])
@@ -346,6 +348,10 @@ def read_native(path: Path) -> GateConfig:
     if "max-advisory-age" in advisories:
         age = _duration(file, "advisories", "max-advisory-age", advisories["max-advisory-age"])
         config = replace(config, max_advisory_age=age)
+    if "strict" in advisories:
+        if not isinstance(advisories["strict"], bool):
+            raise file.error("advisories", "strict", "must be true or false")
+        config = replace(config, strict=advisories["strict"])
     licenses = _table(file, "licenses")
     _unknown(file, "licenses", licenses, {"allow", "deny", "exceptions", "clarify"})
     return replace(config, **_license_fields(file, licenses))

@@ -41,11 +41,37 @@ def _reference(alias: str, ecosystem: Ecosystem) -> dict[str, Any]:
     return {"id": alias, "source": source}
 
 
+def _said(report: AuditReport) -> dict[tuple[str, str | None], list[dict[str, str]]]:
+    """The properties that say what was not audited or not fully evaluated, by (package
+    key, version): a person reading the BOM sees a component was not checked, and why."""
+    ecosystem = report.ecosystem
+    said: dict[tuple[str, str | None], list[dict[str, str]]] = {}
+    for item in report.unaudited:
+        version = None if item.version is None else ecosystem.normalise_version(item.version)
+        said.setdefault((ecosystem.product_key(item.name), version), []).extend(
+            [
+                {"name": "stagecrawl:not-audited", "value": item.reason},
+                {"name": "stagecrawl:found-in", "value": item.source},
+            ]
+        )
+    for missed in report.unevaluated:
+        said.setdefault(missed.package.key, []).append(
+            {
+                "name": "stagecrawl:advisory-not-fully-evaluated",
+                "value": f"{missed.osv_id}: {'; '.join(missed.reasons)}",
+            }
+        )
+    return said
+
+
 def audit_cyclonedx(report: AuditReport, serial: str, timestamp: datetime) -> dict[str, Any]:
-    """A CycloneDX 1.6 BOM of the audited packages (purl `pkg:TYPE/NAME@VERSION`, licenses
-    as SPDX expressions where collected) with the advisories that affect them. `serial` is a
-    UUID; the caller passes it and the time so the renderer stays pure."""
+    """A CycloneDX 1.6 BOM of the audited packages (purl `pkg:TYPE/NAME@VERSION`, the version
+    in the ecosystem's one spelling, licenses as SPDX expressions where collected) with the
+    advisories that affect them; the inputs that were not audited are components too (without
+    a purl when they do not come from the registry), each saying why in its properties.
+    `serial` is a UUID; the caller passes it and the time so the renderer stays pure."""
     components = []
+    said = _said(report)
     for package in report.packages:
         component: dict[str, Any] = {
             "type": "library",
@@ -57,7 +83,25 @@ def audit_cyclonedx(report: AuditReport, serial: str, timestamp: datetime) -> di
         licenses = _licenses(report, package.key)
         if licenses:
             component["licenses"] = licenses
+        properties = said.pop(package.key, [])
+        if properties:
+            component["properties"] = properties
         components.append(component)
+    taken: set[str] = set()
+    for item in report.unaudited:
+        version = None if item.version is None else report.ecosystem.normalise_version(item.version)
+        properties = said.pop((report.ecosystem.product_key(item.name), version), [])
+        if not properties:
+            continue  # said on the component of that version above, or already listed
+        ref = f"not-audited:{item.name}@{version or item.source}"
+        if ref in taken:
+            continue
+        taken.add(ref)
+        unaudited: dict[str, Any] = {"type": "library", "bom-ref": ref, "name": item.name}
+        if version is not None:
+            unaudited["version"] = version
+        unaudited["properties"] = properties
+        components.append(unaudited)
     root, extra, dependencies = _graph(report)
     components += extra
     by_advisory: dict[str, list[Hit]] = {}

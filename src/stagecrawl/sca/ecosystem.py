@@ -8,7 +8,7 @@ arguments and imports no registry.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -28,6 +28,10 @@ def lower(name: str) -> str:
     return name.lower()
 
 
+def unchanged(version: str) -> str:
+    return version
+
+
 @dataclass(frozen=True)
 class Ecosystem:
     """One registry as OSV, purl and its version rules know it.
@@ -37,8 +41,15 @@ class Ecosystem:
     `product_key` is the key the registry's tables use for a package name (crates.io: lower
     case; PyPI: PEP 503 normalised). `lowest` are the `introduced` values meaning "below every
     version" beside the schema's "0". `primary_prefix` is the id prefix of the ecosystem's own
-    advisory database (RUSTSEC-, PYSEC-): another record (a GHSA) that duplicates such an
-    advisory is merged into it, and its ids are preferred after a CVE."""
+    advisory database (RUSTSEC-, PYSEC-): records that alias each other (a GHSA and a PYSEC
+    twin) are merged into one advisory under its id, and its ids are preferred after a CVE.
+
+    Two versions are one when the ecosystem says so, not when their strings match: PEP 440
+    for PyPI (`1.0` is `1.0.0`, `2.0.0RC1` is `2.0.0rc1`), SemVer precedence for crates.io and
+    Go (build metadata aside). `version_key` is that identity (default: the parsed version,
+    which must then be hashable and equal by the ecosystem's rules; a version the ecosystem
+    cannot parse is only itself); `normalise_version` is the one spelling reports, purls and
+    BOM components use for it (default: as written)."""
 
     name: str  # OSV ecosystem: "crates.io", "PyPI"
     purl_type: str  # "cargo", "pypi"
@@ -54,6 +65,8 @@ class Ecosystem:
     registry_key: str = ""  # in JSON keys: packages_not_from_<registry_key> ("crates_io")
     lockfile_name: str = ""  # the file a repo@tag source stands for ("Cargo.lock")
     manifest_name: str = ""  # where SARIF points a version named on the command line
+    version_key: Callable[[str], Hashable] | None = None
+    normalise_version: Callable[[str], str] = unchanged
 
     def parsed(self, version: str) -> OrderedVersion | None:
         """The version parsed, or None when the ecosystem cannot order it."""
@@ -61,6 +74,18 @@ class Ecosystem:
             return self.parse_version(version)
         except ValueError:
             return None
+
+    def identity(self, version: str, parsed: OrderedVersion | bool | None = True) -> Hashable:
+        """What makes two spellings one version (see the class doc). `parsed`: the version
+        already parsed (None: not a version), for a caller asking of many advisories."""
+        if self.version_key is not None:
+            return self.version_key(version)
+        if parsed is True:
+            parsed = self.parsed(version)
+        return ("text", version) if parsed is None or parsed is False else ("version", parsed)
+
+    def same_version(self, left: str, right: str) -> bool:
+        return left == right or self.identity(left) == self.identity(right)
 
     def advisory_url(self, osv_id: str) -> str:
         own = self.primary_prefix and osv_id.startswith(self.primary_prefix)

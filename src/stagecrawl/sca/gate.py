@@ -8,7 +8,10 @@
   without a rating is never below it);
 - the informational kinds named in `deny` (unmaintained, unsound, notice, yanked) fail;
 - a maximum advisory-data age fails the gate when the newest stored advisory change is older
-  (an import that stopped running must not pass for "all clear").
+  (an import that stopped running must not pass for "all clear");
+- `strict` (pip-audit's `--strict`): an input that was not audited (a pin not from the
+  registry: git, URL, path, editable) or an advisory that could not be fully evaluated fails
+  the gate instead of being a warning.
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ def apply_gate(report: AuditReport, config: GateConfig, now: datetime) -> None:
                 f" ({ignore.source})"
             )
     report.deny = report.deny | config.deny_kinds
+    report.strict = report.strict or config.strict
     if config.max_advisory_age is not None:
         newest = report.advisories_modified
         if newest is None or now - newest > config.max_advisory_age:
@@ -77,9 +81,3 @@ def apply_gate(report: AuditReport, config: GateConfig, now: datetime) -> None:
                 f" {config.max_advisory_age.days} days: import it again"
             )
     report.notes += list(config.notes)
-    if config.strict and report.unaudited:
-        report.gate_failures.append(
-            f"{len(report.unaudited)} input(s) could not be audited (--strict):"
-            f" {'; '.join(what for what, _why in report.unaudited[:5])}"
-            + (" …" if len(report.unaudited) > 5 else "")
-        )

@@ -8,13 +8,17 @@ from stagecrawl.sca.audit import AuditReport
 from stagecrawl.sca.policy import LicenseCheck
 
 AUDIT_COLUMNS = ("advisory", "version", "id", "aliases", "kind", "patched", "summary")
+UNAUDITED_COLUMNS = ("package", "version", "found in", "not audited because")
+UNEVALUATED_COLUMNS = ("package", "version", "id", "could not be read")
 
 
-def audit_columns(report: AuditReport) -> tuple[str, ...]:
-    return (report.ecosystem.package_word, *AUDIT_COLUMNS[1:])
+def audit_columns(report: AuditReport, desc: bool = False) -> tuple[str, ...]:
+    """The hit table's header; `desc` adds the advisory's details (pip-audit's --desc)."""
+    details = ("details",) if desc else ()
+    return (report.ecosystem.package_word, *AUDIT_COLUMNS[1:], *details)
 
 
-def audit_rows(report: AuditReport) -> list[tuple[str, ...]]:
+def audit_rows(report: AuditReport, desc: bool = False) -> list[tuple[str, ...]]:
     return [
         (
             h.package.name,
@@ -24,8 +28,30 @@ def audit_rows(report: AuditReport) -> list[tuple[str, ...]]:
             h.advisory.informational or "vulnerability",
             " or ".join(h.advisory.affected.patched()) or "none",
             h.advisory.summary or "",
+            *((" ".join((h.advisory.details or "").split()),) if desc else ()),
         )
         for h in report.hits
+    ]
+
+
+def unaudited_columns(report: AuditReport) -> tuple[str, ...]:
+    return (report.ecosystem.package_word, *UNAUDITED_COLUMNS[1:])
+
+
+def unaudited_rows(report: AuditReport) -> list[tuple[str, ...]]:
+    """The inputs not audited, and why (the pins a lock takes from git, a URL, a path…)."""
+    return [(u.name, u.version or "-", u.source, u.reason) for u in report.unaudited]
+
+
+def unevaluated_columns(report: AuditReport) -> tuple[str, ...]:
+    return (report.ecosystem.package_word, *UNEVALUATED_COLUMNS[1:])
+
+
+def unevaluated_rows(report: AuditReport) -> list[tuple[str, ...]]:
+    """The advisories that could not be fully evaluated for a version (a part unreadable)."""
+    return [
+        (e.package.name, e.package.version, e.osv_id, "; ".join(e.reasons))
+        for e in report.unevaluated
     ]
 
 
@@ -40,6 +66,7 @@ def audit_header(report: AuditReport) -> str:
 def gate_lines(report: AuditReport) -> list[str]:
     """What the gate did, one line each: failures first (they decide the exit code)."""
     lines = [f"gate failed: {failure}" for failure in report.gate_failures]
+    lines += [f"gate failed (strict): {failure}" for failure in report.strict_failures]
     for hit, ignore in report.ignored:
         until = f", until {ignore.until}" if ignore.until else ""
         why = ignore.reason or "no reason given"
@@ -57,10 +84,15 @@ def gate_lines(report: AuditReport) -> list[str]:
 
 
 def audit_footer(report: AuditReport) -> str:
-    return (
+    text = (
         f"{len(report.vulnerabilities)} vulnerabilities, {len(report.warnings)} warnings"
         " (informational)"
     )
+    if report.unaudited:
+        text += f", {len(report.unaudited)} not audited"
+    if report.unevaluated:
+        text += f", {len(report.unevaluated)} advisories not fully evaluated"
+    return text
 
 
 LICENSE_COLUMNS = ("package", "version", "license", "reason")
@@ -90,21 +122,29 @@ def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str
     return "\n".join(lines) + "\n"
 
 
-def audit_markdown(report: AuditReport) -> str:
+def audit_markdown(report: AuditReport, desc: bool = False) -> str:
+    """A pull-request comment: the hits (ids linked; `desc` adds the details), what was not
+    audited and why, the advisories not fully evaluated, the gate's lines, the counts."""
     parts = [f"## Advisories\n\n{audit_header(report)}\n"]
     for problem in report.problems:
         parts.append(f"- **not audited:** {_cell(problem)}")
     if report.problems:
         parts.append("")
     if report.hits:
-        columns = audit_columns(report)
+        columns = audit_columns(report, desc)
         rows = [
             (*row[:2], f"[{row[2]}]({h.advisory.url})", *row[3:])
-            for row, h in zip(audit_rows(report), report.hits, strict=True)
+            for row, h in zip(audit_rows(report, desc), report.hits, strict=True)
         ]
         parts.append(markdown_table(columns, rows))
     else:
         parts.append("No advisory hits the audited versions.\n")
+    if report.unaudited:
+        parts.append("### Not audited\n")
+        parts.append(markdown_table(unaudited_columns(report), unaudited_rows(report)))
+    if report.unevaluated:
+        parts.append("### Advisories not fully evaluated\n")
+        parts.append(markdown_table(unevaluated_columns(report), unevaluated_rows(report)))
     gate = gate_lines(report)
     if gate:
         parts.append("\n".join(f"- {_cell(line)}" for line in gate) + "\n")

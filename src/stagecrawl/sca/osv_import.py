@@ -20,13 +20,7 @@ from sqlalchemy import Table, bindparam, delete, select
 from sqlalchemy.engine import Connection
 
 from stagecrawl.sca.ecosystem import Ecosystem, OrderedVersion, VulnTables, parse_time, utcnow
-from stagecrawl.sca.osv_model import (
-    Advisory,
-    Affected,
-    folded_ids,
-    merge_duplicates,
-    parse_advisory,
-)
+from stagecrawl.sca.osv_model import Advisory, Affected, merge_twins, parse_advisory
 from stagecrawl.sca.osv_read import ReadReport
 from stagecrawl.storage.bulk import upsert
 from stagecrawl.storage.db import Database, dumps
@@ -59,7 +53,12 @@ class ImportReport:
     withdrawn: int = 0
     informational: int = 0
     hits: int = 0
-    problems: list[str] = field(default_factory=list)  # "ID: what is wrong", one per skip
+    # "ID: what is wrong": a record skipped whole (it could not be imported at all)
+    problems: list[str] = field(default_factory=list)
+    # "ID: where: what": a part of an imported record that could not be read (a range with
+    # an upstream bound no ecosystem order reads, PYSEC-2019-125's `fixed 2019-09-12`): the
+    # record is kept whole in RAW and an audit of that package says it could not evaluate it
+    warnings: list[str] = field(default_factory=list)
 
 
 def import_advisories(
@@ -77,28 +76,39 @@ def import_advisories(
     versions collected since the last import are matched too. `scope` is `collected` (V1 for
     the registry's known packages) or `all`. `registry_state` reads, on the import's reading
     connection, the registry's known package keys and each one's collected versions (HIT)."""
-    source, report.duplicates_merged = merge_duplicates(records, ecosystem.primary_prefix)
+    twins = merge_twins(records, ecosystem.primary_prefix)
+    source, report.duplicates_merged = twins.records, twins.merged
     advisories: list[Advisory] = []
     for record in source:
         report.advisories += 1
-        advisory = parse_advisory(record, ecosystem, report.problems)
+        advisory = parse_advisory(record, ecosystem, report.problems, report.warnings)
         if advisory is not None:
             advisories.append(advisory)
     report.advisories += report.duplicates_merged
-    if report.problems:
-        for problem in report.problems:
-            log.warning("OSV: %s (skipped)", problem)
+    for problem in report.problems:
+        log.warning("OSV: %s (skipped)", problem)
+    for warning in report.warnings:
+        log.warning("OSV: %s (kept in RAW; audits say it could not be evaluated)", warning)
 
     raw, v1, hit = tables.raw, tables.v1, tables.hit
     Keys2 = tuple[str, str]
+    Stored = tuple[Any, Any, bool]  # MODIFIED, ALIASES, withdrawn
     Keys3 = tuple[str, str, str]
 
     def read_stored(
         conn: Connection,
-    ) -> tuple[dict[Keys2, Any], dict[Keys3, tuple[Any, Any]], dict[Keys3, Any], RegistryState]:
+    ) -> tuple[dict[Keys2, Stored], dict[Keys3, tuple[Any, Any]], dict[Keys3, Any], RegistryState]:
         stored = {
-            (r.OSV_ID, str(r.PRODUCT_KEY).lower()): r.MODIFIED
-            for r in conn.execute(select(raw.c.OSV_ID, raw.c.PRODUCT_KEY, raw.c.MODIFIED))
+            (r.OSV_ID, str(r.PRODUCT_KEY).lower()): (
+                r.MODIFIED,
+                r.ALIASES,
+                r.WITHDRAWN is not None,
+            )
+            for r in conn.execute(
+                select(
+                    raw.c.OSV_ID, raw.c.PRODUCT_KEY, raw.c.MODIFIED, raw.c.ALIASES, raw.c.WITHDRAWN
+                )
+            )
         }
         v1_now = {
             (str(r.PRODUCT_KEY).lower(), r.VULN_ID, r.OSV_ID): (r.VULN_RANGE, r.MODIFIED)
@@ -136,10 +146,15 @@ def import_advisories(
         for affected in advisory.packages:
             report.pairs += 1
             key = (advisory.osv_id, affected.product_key)
-            previous = stored.get(key, _ABSENT)
+            previous = stored.get(key)
             modified = advisory.modified
-            if previous is _ABSENT or (
-                modified is not None and (previous is None or previous < modified)
+            # Newer, or merged otherwise: a twin that joined (aliases) or a withdrawal that a
+            # live twin undoes can leave `modified` as it was.
+            if (
+                previous is None
+                or (modified is not None and (previous[0] is None or previous[0] < modified))
+                or previous[1] != dumps(advisory.aliases)
+                or previous[2] != (advisory.withdrawn is not None)
             ):
                 if shared is None:
                     shared = _raw_columns(advisory)
@@ -174,8 +189,8 @@ def import_advisories(
     report.v1_rows = len(v1_wanted)
     report.hits = len(hits_wanted)
     # Rows of advisories this source names that no longer hold (withdrawn, fixed ranges,
-    # merged duplicates) go; rows of advisories the source does not name are left alone.
-    folded = {str(a) for a in folded_ids(source, ecosystem.primary_prefix) if a not in ids}
+    # merged twins) go; rows of advisories the source does not name are left alone.
+    folded = {a for a in twins.folded if a not in ids}
     v1_gone = [k for k in v1_now if (k[2] in ids or k[2] in folded) and k not in v1_wanted]
     v1_new = [
         row for k, row in v1_wanted.items() if v1_now.get(k) != (row["VULN_RANGE"], row["MODIFIED"])
@@ -239,6 +254,3 @@ def _raw_row(shared: dict[str, Any], affected: Affected, now: datetime) -> dict[
         "VULN_RANGE": affected.range_text(),
         "LAST_UPDATED": now,
     }
-
-
-_ABSENT: Any = object()

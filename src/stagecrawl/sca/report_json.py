@@ -5,16 +5,17 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from stagecrawl.sca.audit import AuditReport, Hit
+from stagecrawl.sca.audit import AuditReport, Hit, Unaudited, Unevaluated
 
 
 def time_text(value: datetime | None) -> str | None:
     return None if value is None else value.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def hit_json(hit: Hit, package_word: str = "package") -> dict[str, Any]:
+def hit_json(hit: Hit, package_word: str = "package", desc: bool = False) -> dict[str, Any]:
+    """One hit; `desc` adds the advisory's `details` (pip-audit's --desc)."""
     advisory = hit.advisory
-    return {
+    document = {
         package_word: hit.package.name,
         "version": hit.package.version,
         "id": advisory.osv_id,
@@ -28,9 +29,34 @@ def hit_json(hit: Hit, package_word: str = "package") -> dict[str, Any]:
         "url": advisory.url,
         "found_in": list(hit.package.sources),
     }
+    if desc:
+        document["details"] = advisory.details
+    return document
 
 
-def audit_json(report: AuditReport) -> dict[str, Any]:
+def unaudited_json(item: Unaudited, package_word: str = "package") -> dict[str, Any]:
+    return {
+        package_word: item.name,
+        "version": item.version,
+        "found_in": item.source,
+        "reason": item.reason,
+        "fails_without_strict": item.fails,
+    }
+
+
+def unevaluated_json(item: Unevaluated, package_word: str = "package") -> dict[str, Any]:
+    return {
+        package_word: item.package.name,
+        "version": item.package.version,
+        "id": item.osv_id,
+        "reasons": list(item.reasons),
+        "found_in": list(item.package.sources),
+    }
+
+
+def audit_json(report: AuditReport, desc: bool = False) -> dict[str, Any]:
+    """The report as one JSON document; `desc` adds each advisory's details to its hits."""
+    word = report.ecosystem.package_word
     return {
         "database": {
             "advisories": report.advisories_stored,
@@ -40,23 +66,22 @@ def audit_json(report: AuditReport) -> dict[str, Any]:
         f"packages_not_from_{report.ecosystem.registry_key or 'registry'}": report.skipped,
         "vulnerabilities": len(report.vulnerabilities),
         "warnings": len(report.warnings),
-        "hits": [hit_json(h, report.ecosystem.package_word) for h in report.hits],
+        "hits": [hit_json(h, word, desc) for h in report.hits],
         "problems": report.problems,
+        "not_audited": [unaudited_json(u, word) for u in report.unaudited],
+        "not_fully_evaluated": [unevaluated_json(e, word) for e in report.unevaluated],
+        "strict": report.strict,
         "ignored": [
             {
-                **hit_json(hit, report.ecosystem.package_word),
+                **hit_json(hit, word, desc),
                 "reason": ignore.reason,
                 "until": None if ignore.until is None else ignore.until.isoformat(),
             }
             for hit, ignore in report.ignored
         ],
-        "below_threshold": [
-            hit_json(h, report.ecosystem.package_word) for h in report.below_threshold
-        ],
-        "yanked": [
-            {report.ecosystem.package_word: p.name, "version": p.version} for p in report.yanked
-        ],
-        "gate_failures": report.gate_failures,
+        "below_threshold": [hit_json(h, word, desc) for h in report.below_threshold],
+        "yanked": [{word: p.name, "version": p.version} for p in report.yanked],
+        "gate_failures": report.gate_failures + report.strict_failures,
         "notes": report.notes,
         "exit_code": report.exit_code,
     }

@@ -98,6 +98,23 @@ def _locations(report: AuditReport, hit: Hit, root: Path | None) -> list[dict[st
     return files
 
 
+def _notifications(report: AuditReport) -> list[dict[str, Any]]:
+    """Problems and gate failures (errors); the inputs not audited and the advisories not fully
+    evaluated (errors where they fail the gate, warnings otherwise); notes."""
+
+    def notification(level: str, text: str) -> dict[str, Any]:
+        return {"level": level, "message": {"text": text}}
+
+    result = [notification("error", t) for t in [*report.problems, *report.gate_failures]]
+    for item in report.unaudited:
+        level = "error" if item.fails or report.strict else "warning"
+        result.append(notification(level, f"not audited: {item.text()}"))
+    level = "error" if report.strict else "warning"
+    result += [notification(level, e.text()) for e in report.unevaluated]
+    result += [notification("note", text) for text in report.notes]
+    return result
+
+
 def audit_sarif(report: AuditReport, root: Path | None = None) -> dict[str, Any]:
     """SARIF 2.1.0 as code-scanning dashboards read it: one rule per advisory, one result per
     (package version, advisory), `security-severity` from the CVSS base score, every result
@@ -144,17 +161,10 @@ def audit_sarif(report: AuditReport, root: Path | None = None) -> dict[str, Any]
                 "results": results,
                 "invocations": [
                     {
-                        "executionSuccessful": not report.problems,
-                        "toolExecutionNotifications": [
-                            *(
-                                {"level": "error", "message": {"text": text}}
-                                for text in [*report.problems, *report.gate_failures]
-                            ),
-                            *(
-                                {"level": "note", "message": {"text": text}}
-                                for text in report.notes
-                            ),
-                        ],
+                        "executionSuccessful": not (
+                            report.problems or any(u.fails for u in report.unaudited)
+                        ),
+                        "toolExecutionNotifications": _notifications(report),
                     }
                 ],
             }
