@@ -16,10 +16,11 @@ from stagecrawl.kernel.phases import CollectReport, registry_fetcher
 from stagecrawl.kernel.phases import collect as kernel_collect
 from stagecrawl.kernel.refresh import RefreshReport
 from stagecrawl.kernel.refresh import refresh as kernel_refresh
-from stagecrawl.kernel.sca import AuditRequest, Inputs, run_audit
+from stagecrawl.kernel.sca import AuditRequest, Inputs, import_records, run_audit
 from stagecrawl.pypi.client import PyPIClient
 from stagecrawl.pypi.plugin import REGISTRY as PYPI
 from stagecrawl.sca.audit import AuditReport
+from stagecrawl.sca.osv_import import ImportReport
 from stagecrawl.settings import Settings
 from stagecrawl.storage.db import Database
 from stagecrawl.storage.schema import RegistryTables
@@ -84,8 +85,15 @@ def audit(
     targets: Sequence[str] = (),
     lockfiles: Sequence[Path] = (),
     deny: Sequence[str] = (),
+    strict: bool = False,
 ) -> AuditReport:
     """`pypi audit` as the command runs it (read-only; the gate from the flags alone)."""
     s = Settings.resolve({"db": db_url}, {})
-    request = AuditRequest(Inputs(tuple(targets), tuple(lockfiles)), tuple(deny))
+    inputs = Inputs(tuple(targets), tuple(lockfiles))
+    request = AuditRequest(inputs, tuple(deny), strict=strict)
     return asyncio.run(run_audit(PYPI, s, request, None))
+
+
+def import_osv(db: Database, source: Path | bytes, scope: str, max_entry: int) -> ImportReport:
+    """An OSV PyPI dump into the PYPI VULN tables, as `pypi vulns` imports it."""
+    return import_records(db, PYPI, source, scope, max_entry)

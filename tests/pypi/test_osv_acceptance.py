@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from packaging.version import InvalidVersion, Version
 
-from stagecrawl.pypi.sca import audit_inputs, audit_pypi, import_osv
 from stagecrawl.storage.db import Database
 from tests.cli import stagecrawl
 from tests.pypi import osv_reference
 from tests.pypi.conftest import PYPI_SHARED
+from tests.pypi.kernel import audit, import_osv
 
 ZIP = PYPI_SHARED / "osv" / "PyPI" / "all.zip"
 needs_zip = pytest.mark.skipif(
@@ -101,7 +101,7 @@ def test_hits_equal_an_independent_evaluation_on_53000_pins(imported: str) -> No
     records = osv_reference.load(ZIP)
     pins = targets(records)
     assert len(pins) > 50_000, len(pins)
-    report = audit_pypi(imported, audit_inputs([f"{n}=={v}" for n, v in sorted(pins)], []), [])
+    report = audit(imported, [f"{n}=={v}" for n, v in sorted(pins)])
 
     def same(version: str) -> Version | str:
         """One identity per version, by PEP 440 (the report spells a version one way)."""
@@ -161,7 +161,7 @@ def test_the_four_real_overlapping_advisories(imported: str) -> None:
         "pyspark==3.2.0", "pyspark==3.2.1", "pyspark==3.1.1", "pyspark==3.2.2",
         "apache-iotdb==0.13.0", "apache-iotdb==0.13.2", "wagtail==2.11.6", "pyspark==3.1.2",
     ]  # fmt: skip
-    report = audit_pypi(imported, audit_inputs(pins, []), [])
+    report = audit(imported, pins, [])
     got = {(h.package.name, h.package.version, h.advisory.osv_id) for h in report.hits}
     assert {
         ("pyspark", "3.2.0", "PYSEC-2023-72"),

@@ -88,4 +88,4 @@ def test_refresh_command(pypi: PyPIOrigin, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
     assert document["refresh"]["new_events"] == 1
-    assert document["collect"]["collect"]["collected"] == 1
+    assert document["collect"]["collected"] == 1

@@ -15,7 +15,6 @@ from cyclonedx.validation.json import JsonStrictValidator
 
 from stagecrawl.errors import InputError
 from stagecrawl.pypi.locks import parse_lock, read_lock
-from stagecrawl.pypi.sca import audit_inputs, audit_pypi, import_osv
 from stagecrawl.sca.cyclonedx import audit_cyclonedx
 from stagecrawl.sca.ecosystem import utcnow
 from stagecrawl.sca.markdown import audit_markdown
@@ -23,6 +22,7 @@ from stagecrawl.sca.report_json import audit_json
 from stagecrawl.sca.sarif import audit_sarif
 from stagecrawl.storage.db import Database
 from tests.cli import stagecrawl
+from tests.pypi.kernel import audit, import_osv
 
 HASH = "sha256:" + "ab" * 32
 
@@ -187,14 +187,12 @@ def test_non_index_sources_of_lock_files_are_named_and_strict_fails_on_them(
         [named] = read_lock(path).not_audited
         assert (named.name, named.version) == ("werkzeug", "0.15.0"), path
         assert "git https://github.com/pallets/werkzeug" in named.reason, path
-    inputs = audit_inputs([], [uv])
-    report = audit_pypi(advisories, inputs, [])
+    report = audit(advisories, [], [uv])
     assert [(h.package.name, h.advisory.osv_id) for h in report.hits] == [("six", "PYSEC-2099-3")]
     [werkzeug] = report.unaudited  # the editable project itself is not a dependency
     assert werkzeug.text().startswith("werkzeug 0.15.0 (")
-    clean_inputs = audit_inputs(["six==1.16.0"], [])
-    clean_inputs.unaudited = inputs.unaudited  # only the git pin beside a pin that is clean…
-    clean = audit_pypi(advisories, clean_inputs, [], strict=False)
+    clean = audit(advisories, ["six==1.16.0"], strict=False)
+    clean.unaudited = report.unaudited  # only the git pin beside a pin that is clean…
     clean.hits = []
     assert clean.exit_code == 0  # …a warning
     clean.strict = True
@@ -241,7 +239,7 @@ def test_a_version_pep_440_cannot_read_is_reported_the_same_in_every_lock(
     path = tmp_path / name
     path.write_text(text)
     assert [(r.name, r.version) for r in parse_lock(text, name).pins()] == [("six", "not.a.ver")]
-    report = audit_pypi(advisories, audit_inputs([], [path]), [])
+    report = audit(advisories, [], [path])
     [unaudited] = report.unaudited
     assert (unaudited.name, unaudited.version, unaudited.fails) == ("six", "not.a.ver", True)
     assert "not a PEP 440 version" in unaudited.reason

@@ -11,7 +11,7 @@ import pytest
 import redis
 from sqlalchemy import func, select
 
-from stagecrawl.pypi import tables
+from stagecrawl.pypi.plugin import REGISTRY as PYPI
 from stagecrawl.storage.db import Database
 from stagecrawl.testing.pypi_origin import PyPIOrigin, synthetic_project
 from tests.cli import spawn, stagecrawl
@@ -62,7 +62,7 @@ def test_three_workers_share_the_queue_and_one_limit(
     assert codes == [0, 0, 0], [w.stderr.read() for w in workers if w.stderr]
     assert time.monotonic() - started < 300
     db = Database(db_url)
-    t = tables.tables(db)
+    t = PYPI.tables(db)
     with db.engine.connect() as conn:
         states = conn.execute(select(t.list.c.PROCESSED, t.list.c.CLAIMED_BY)).all()
         versions = conn.execute(select(func.count()).select_from(t.version)).scalar_one()

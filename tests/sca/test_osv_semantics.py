@@ -18,7 +18,7 @@ import pytest
 from stagecrawl.crates.ecosystem import CRATES
 from stagecrawl.crates.semver import Version as SemVer
 from stagecrawl.crates.semver import sort_key as semver_sort_key
-from stagecrawl.pypi.sca import PYPI
+from stagecrawl.pypi.ecosystem import PYPI
 from stagecrawl.sca.audit import AuditReport, Package, audit
 from stagecrawl.sca.config import GateConfig
 from stagecrawl.sca.ecosystem import Ecosystem, OrderedVersion, VulnTables
@@ -26,6 +26,7 @@ from stagecrawl.sca.gate import apply_gate
 from stagecrawl.sca.osv_import import ImportReport, RegistryState, import_advisories
 from stagecrawl.sca.osv_model import affected_packages
 from stagecrawl.storage.db import Database
+from tests.crates.kernel import rust
 
 
 def go_version(text: str) -> OrderedVersion:
@@ -205,7 +206,7 @@ def test_patched_advice_never_admits_an_affected_version(case: Case) -> None:
 
 def import_records(db: Database, case: Case, records: list[dict[str, Any]]) -> ImportReport:
     report = ImportReport()
-    tables = VulnTables(db.vuln_raw, db.vuln_v1, db.vuln_hit)
+    tables = VulnTables(rust(db).vuln_raw, rust(db).vuln_v1, rust(db).vuln_hit)
 
     def state(_conn: Any) -> RegistryState:
         return RegistryState(set(), {})
@@ -216,7 +217,7 @@ def import_records(db: Database, case: Case, records: list[dict[str, Any]]) -> I
 
 def audit_of(db: Database, case: Case, *pins: tuple[str, str]) -> AuditReport:
     packages = [Package(name, case.v(version), ["test"]) for name, version in pins]
-    return audit(db, case.ecosystem, db.vuln_raw, packages)
+    return audit(db, case.ecosystem, rust(db).vuln_raw, packages)
 
 
 CVSS_HIGH = "CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:U/C:H/I:H/A:H"  # 9.8
