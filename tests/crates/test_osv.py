@@ -449,7 +449,7 @@ def test_ghsa_duplicates_merge_into_the_rustsec_advisory(db_url: str) -> None:
     # an earlier import that stored the GHSA record as its own advisory
     first = ImportReport()
     import_advisories(db, [ghsa], "collected", first)
-    assert {r["OSV_ID"] for r in table(db, db.vuln_hit)} == {"GHSA-made-up0-0006"}
+    assert {r["OSV_ID"] for r in table(db, rust(db).vuln_hit)} == {"GHSA-made-up0-0006"}
 
     report = ImportReport()
     import_advisories(db, [ghsa, rustsec], "collected", report)
@@ -458,8 +458,8 @@ def test_ghsa_duplicates_merge_into_the_rustsec_advisory(db_url: str) -> None:
     assert [r["OSV_ID"] for r in raw] == ["RUSTSEC-2099-0006"]
     assert "GHSA-made-up0-0006" in json.loads(raw[0]["ALIASES"])
     assert raw[0]["MODIFIED"] == datetime(2030, 1, 1)  # the later of the two
-    assert {r["OSV_ID"] for r in table(db, db.vuln_v1)} == {"RUSTSEC-2099-0006"}
-    assert {(r["VERSION"], r["OSV_ID"]) for r in table(db, db.vuln_hit)} == {
+    assert {r["OSV_ID"] for r in table(db, rust(db).vuln_v1)} == {"RUSTSEC-2099-0006"}
+    assert {(r["VERSION"], r["OSV_ID"]) for r in table(db, rust(db).vuln_hit)} == {
         ("1.0.0", "RUSTSEC-2099-0006")
     }
 

@@ -287,17 +287,14 @@ def vulns_text(decl: RegistryDecl, report: ImportReport, fmt: str, scope: str) -
         "collected versions hit": report.hits,
     }
     # a record skipped whole fails the import; a part that cannot be read is a warning (the
-    # record is kept, and an audit says it could not evaluate it fully)
-    for said, what, colour in (
-        (report.problems, "malformed advisory records skipped", "bold red"),
-        (report.warnings, "advisory parts unreadable (records kept)", "yellow"),
-    ):
-        if said:
-            shown = "; ".join(said[:MAX_REASON_LINES])
-            more = (
-                f" (+{len(said) - MAX_REASON_LINES} more)" if len(said) > MAX_REASON_LINES else ""
-            )
-            line(f"{len(said)} {what}", shown + more, colour)
+    # record is kept, and an audit says it could not evaluate it fully): one line says both
+    said = [*report.problems, *report.warnings]
+    if said:
+        what = f"{len(report.problems)} records skipped, {len(report.warnings)} parts kept"
+        shown = "; ".join(said[:MAX_REASON_LINES])
+        more = f" (+{len(said) - MAX_REASON_LINES} more)" if len(said) > MAX_REASON_LINES else ""
+        colour = "bold red" if report.problems else "yellow"
+        line(f"{len(said)} malformed advisory parts ({what})", shown + more, colour)
     return summary_text(fmt, "vulns", rows, public(report))
 
 
