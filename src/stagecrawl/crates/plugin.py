@@ -148,9 +148,7 @@ class Crates(Registry[CratesClient]):
         return CratesClient(fetcher, c.index_url, c.api_url)
 
     async def seed_one(self, client: CratesClient, name: str) -> Listing:
-        entry = await client.index(name)
-        versions = {v.vers: v.yanked for v in entry.versions}
-        return Listing(entry.real_name, versions, entry.problem_lines(), entry)
+        return _listing(await client.index(name))
 
     async def collect_one(
         self, client: CratesClient, name: str, versions: Sequence[str], context: CollectContext
@@ -229,9 +227,7 @@ class Crates(Registry[CratesClient]):
             return None
         if hashlib.sha256(result.content).hexdigest() == state["CONTENT_SHA256"]:
             return "same_content"
-        entry = index_entry(result.content, result.validators, target.name)
-        versions = {v.vers: v.yanked for v in entry.versions}
-        return Listing(entry.real_name, versions, entry.problem_lines(), entry)
+        return _listing(index_entry(result.content, result.validators, target.name))
 
     def save_refresh_state(self, conn: Connection, db: Database, listing: Listing) -> None:
         from stagecrawl.queue import utcnow
@@ -263,6 +259,18 @@ class Crates(Registry[CratesClient]):
         except ValueError:
             raise InputError(f"{text!r}: {version!r} is not a semantic version") from None
         return name, version.strip()
+
+
+def _listing(entry: IndexEntry) -> Listing:
+    """An index file as the kernel reads a listing (the entry kept as the refresh state)."""
+    return Listing(
+        entry.real_name,
+        {v.vers: v.yanked for v in entry.versions},
+        entry.problem_lines(),
+        entry,
+        frozenset(p.version for p in entry.problems if p.version is not None),
+        any(p.version is None for p in entry.problems),
+    )
 
 
 REGISTRY = Crates()

@@ -246,7 +246,7 @@ async def register_lock(
         # A pin the readable listing lacks but that may sit on an unreadable part is
         # registered all the same; collect then says what it waits on.
         listed = list(listing.versions)
-        extra = sorted(v for v in versions - set(listing.versions) if listing.problems)
+        extra = sorted(v for v in versions - set(listing.versions) if listing.may_list(v))
         events += [
             NewEvent(listing.name, v, "lock", listing.versions.get(v, False), lock.kind, (label,))
             for v in listed + extra

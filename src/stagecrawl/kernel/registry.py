@@ -77,6 +77,15 @@ class Listing:
     problems: list[str] = field(default_factory=list)
     # the registry's own facts to keep with a refresh (PRODUCT's ETAG, an index state row)
     state: Any = None
+    # versions on parts of the source that could not be read, and whether some unreadable
+    # part's version could not be made out at all: a version not listed may still be there
+    unreadable_versions: frozenset[str] = frozenset()
+    unreadable_unknown: bool = False
+
+    def may_list(self, version: str) -> bool:
+        """Whether `version`, not among the readable versions, may sit on an unreadable part
+        (then "not found" would be a guess)."""
+        return version in self.unreadable_versions or self.unreadable_unknown
 
 
 @dataclass
