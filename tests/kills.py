@@ -4,12 +4,17 @@ database, read-only, while it writes) and before it has written them all."""
 from __future__ import annotations
 
 import signal
+import socket
 import sqlite3
 import subprocess
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+
+from sqlalchemy import column, create_engine, select, table
+
+HOST = socket.gethostname()  # the workers' HOST column (they run on this machine)
 
 
 def sqlite_count(paths: Path | Iterable[Path], query: str) -> int:
@@ -46,3 +51,20 @@ def kill_when(
     assert process.poll() is None, "the run ended before the kill"
     process.send_signal(signal.SIGKILL)
     assert process.wait(30) == -signal.SIGKILL
+
+
+def running(url: str, processes: list[subprocess.Popen[str]]) -> bool:
+    """Every one of `processes` has registered its worker row (each is past its start-up, in
+    its run), told by its own pid: not a count of rows, which also holds a stopped or killed
+    worker's row until it is cleaned up, or a row left by an earlier phase of the test."""
+    engine = create_engine(url, connect_args={"connect_timeout": 2})
+    try:
+        with engine.connect() as conn:
+            pid, host = column("PID"), column("HOST")
+            query = select(pid).select_from(table("TB_STAGECRAWL_WORKER", pid, host))
+            registered = {int(p) for p in conn.execute(query.where(host == HOST)).scalars()}
+    except Exception:
+        return False
+    finally:
+        engine.dispose()
+    return {p.pid for p in processes} <= registered

@@ -6,7 +6,6 @@ line and exit 1, leaves nothing stuck, and a rerun completes. No traceback, ever
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -16,9 +15,9 @@ import pytest
 from sqlalchemy import case, column, create_engine, func, select, table
 
 from tests.acceptance.conftest import NAMES, Mirror, dump, spawn, stagecrawl
+from tests.kills import running
 from tests.private_servers import PrivateMariaDB, PrivatePostgres, PrivateServer, private_server
 
-HOST = socket.gethostname()  # the workers' HOST column (they run on this machine)
 STRAY = ("Traceback", "Task exception was never retrieved", "did not finish within the grace")
 
 
@@ -39,23 +38,6 @@ def progress(url: str) -> tuple[int, int, int]:
         return 0, 0, 0
     finally:
         engine.dispose()
-
-
-def running(url: str, processes: list[subprocess.Popen[str]]) -> bool:
-    """Every one of `processes` has registered its worker row (each is past its start-up, in
-    its run), told by its own pid: not a count of rows, which also holds a stopped or killed
-    worker's row until it is cleaned up, or a row left by an earlier phase of the test."""
-    engine = create_engine(url, connect_args={"connect_timeout": 2})
-    try:
-        with engine.connect() as conn:
-            pid, host = column("PID"), column("HOST")
-            query = select(pid).select_from(table("TB_STAGECRAWL_WORKER", pid, host))
-            registered = {int(p) for p in conn.execute(query.where(host == HOST)).scalars()}
-    except Exception:
-        return False
-    finally:
-        engine.dispose()
-    return {p.pid for p in processes} <= registered
 
 
 def wait_for(condition: object, what: str, timeout: float = 90.0) -> None:
