@@ -57,6 +57,7 @@ class RegistryDecl:
     osv_ecosystem: str = ""  # OSV's name: "crates.io", "PyPI", "Go"
     pin_form: str = "NAME@VERSION"  # how a pin is written on the command line
     lock_help: str = ""  # the lock files it reads, for --lockfile's help
+    seed_lanes: tuple[str, ...] = ("index",)  # the lanes `seed` asks (their flags offered)
 
     @property
     def code(self) -> str:

@@ -139,6 +139,8 @@ class LockInput:
     unpinned: list[str] = field(default_factory=list)
     rejected: dict[str, str] = field(default_factory=dict)  # "name version" -> why
     graph: DependencyGraph | None = None
+    # pins the audit evaluates that are no registry package to collect (Go's standard library)
+    audit_only: list[tuple[str, str, int | None]] = field(default_factory=list)
 
 
 class Registry(ABC, Generic[C]):
@@ -214,6 +216,11 @@ class Registry(ABC, Generic[C]):
 
     def check_settings(self, s: Settings) -> None:
         """What the settings table cannot check alone (a contact a registry requires)."""
+
+    def configure(self, s: Settings) -> None:
+        """Take the run's settings that decide what the registry reads, not how it fetches
+        (Go's private modules: never asked, never audited); called before any input is
+        read."""
 
     @abstractmethod
     def client(self, fetcher: Fetcher, s: Settings) -> C:

@@ -161,7 +161,7 @@ class Gathered:
 
 def lock_packages(registry: Registry[Any], lock: LockInput) -> list[Package]:
     packages = []
-    for name, version, line in lock.pins:
+    for name, version, line in [*lock.pins, *lock.audit_only]:
         package = registry.audit_package(name, version, lock.where)
         if line is not None:
             package.lines[lock.where] = line
@@ -185,6 +185,7 @@ async def gather(
 ) -> Gathered:
     """The versions the inputs name; every input is read before a database is opened."""
     gathered = Gathered()
+    registry.configure(s)
     for target in inputs.targets:
         name, version = registry.parse_pin(target)
         if version is None:

@@ -1,0 +1,168 @@
+"""A Go project's build list from its files, without a go toolchain (docs/go.md: no MVS over the
+dependencies' go.mod files): go.mod's requires (go >= 1.17: every module that provides a package
+the main module builds, after `go mod tidy`), go.sum beside a go.mod of go < 1.17 (as
+osv-scanner reads it: the highest version of each module it hashes), go.work (each `use`d
+module's go.mod, the workspace's replaces first) and vendor/modules.txt. `replace` and `exclude`
+count from the main module only; a replacement by a local directory is no registry module and
+is neither registered nor audited. The standard library is pinned at the toolchain line's
+version, else the go line's (osv-scalibr's guess)."""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from pathlib import Path
+
+from stagecrawl.engine.git import GitRepo
+from stagecrawl.errors import InputError
+from stagecrawl.go import modfile
+from stagecrawl.go.versions import go_tag_semver, sort_key
+from stagecrawl.kernel.registry import LockInput
+
+STDLIB = "stdlib"
+LOCAL = "replaced by a local directory: not a registry module, not audited"
+
+
+def _go_minor(go: str | None) -> int:
+    """The go line's minor version (1.16 when there is none, as the go command assumes)."""
+    match = re.match(r"1\.(\d+)", go or "1.16")
+    return int(match[1]) if match else 16
+
+
+def _parse(text: str, where: str, work: bool = False) -> modfile.ModFile:
+    try:
+        return modfile.parse(text, strict=True, work=work)
+    except ValueError as exc:
+        raise InputError(f"{where}:{exc}") from None
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read {path}: {exc}") from None
+
+
+def _stdlib(lock: LockInput, mod: modfile.ModFile) -> None:
+    toolchain = mod.toolchain if mod.toolchain and mod.toolchain != "default" else None
+    version = go_tag_semver(toolchain or mod.go or "")
+    if version is not None:
+        lock.audit_only.append((STDLIB, version, None))
+    else:
+        lock.unaudited.append((STDLIB, "no go or toolchain line: its version is not known"))
+
+
+def _apply(lock: LockInput, mod: modfile.ModFile, replaces: list[modfile.Replace]) -> None:
+    """The main module's requires as pins, its excludes and replaces applied (`replaces`: the
+    workspace's before the module's own: the first that matches wins, a versioned one before
+    a wildcard)."""
+    excluded = set(mod.excludes)
+    for req in mod.requires:
+        if (req.path, req.version) in excluded:
+            lock.unaudited.append((f"{req.path} {req.version}", "excluded by the main module"))
+            continue
+        chosen = next((r for r in replaces if (r.path, r.version) == (req.path, req.version)), None)
+        chosen = chosen or next(
+            (r for r in replaces if (r.path, r.version) == (req.path, None)), None
+        )
+        if chosen is None:
+            lock.pins.append((req.path, req.version, req.line))
+        elif chosen.new_version is None:
+            lock.unaudited.append((f"{req.path} {req.version} => {chosen.new_path}", LOCAL))
+        else:
+            lock.pins.append((chosen.new_path, chosen.new_version, req.line))
+
+
+def read_go_sum(text: str, where: str) -> LockInput:
+    """Every module go.sum hashes, at the highest version it hashes the content of."""
+    highest: dict[str, tuple[str, int]] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) != 3 or not fields[2].startswith("h1:"):
+            raise InputError(f"{where}:{number}: not a go.sum line (path version h1:hash)")
+        path, version = fields[0], fields[1]
+        if version.endswith("/go.mod"):
+            continue
+        if path not in highest or sort_key(version) > sort_key(highest[path][0]):
+            highest[path] = (version, number)
+    pins: list[tuple[str, str, int | None]] = [(p, v, n) for p, (v, n) in sorted(highest.items())]
+    return LockInput(where, "go.sum", pins=pins)
+
+
+def read_go_mod(path: Path, text: str) -> LockInput:
+    mod = _parse(text, str(path))
+    lock = LockInput(str(path), "go.mod")
+    _apply(lock, mod, mod.replaces)
+    _stdlib(lock, mod)
+    beside = path.with_name("go.sum")
+    if _go_minor(mod.go) < 17 and beside.is_file():
+        required = {p for p, _v, _n in lock.pins}
+        summed = read_go_sum(_read(beside), str(beside))
+        lock.pins += [pin for pin in summed.pins if pin[0] not in required]
+    return lock
+
+
+def read_go_work(path: Path, text: str) -> LockInput:
+    work = _parse(text, str(path), work=True)
+    lock = LockInput(str(path), "go.work")
+    members: list[str] = []
+    for use, _line in work.uses:
+        gomod = path.parent / use / "go.mod"
+        mod = _parse(_read(gomod), str(gomod))
+        members += [mod.module] if mod.module else []
+        _apply(lock, mod, work.replaces + mod.replaces)
+    lock.pins = [pin for pin in lock.pins if pin[0] not in members]
+    lock.unaudited += [(m, "a module of the workspace (local)") for m in members]
+    _stdlib(lock, work)
+    return lock
+
+
+def read_vendor(path: Path, text: str) -> LockInput:
+    lock = LockInput(str(path), "vendor/modules.txt")
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.startswith("# "):
+            continue
+        words = line[2:].split()
+        if "=>" in words:
+            arrow = words.index("=>")
+            if arrow + 2 == len(words):  # a local directory
+                lock.unaudited.append((" ".join(words), LOCAL))
+                continue
+            words = words[arrow + 1 :]
+        if len(words) != 2:
+            raise InputError(f"{path}:{number}: not a module line (# path version)")
+        lock.pins.append((words[0], words[1], number))
+    return lock
+
+
+def read_lock(path: Path, text: str) -> LockInput:
+    name = path.name
+    if name == "go.sum":
+        mod = path.with_name("go.mod")
+        if mod.is_file() and _go_minor(_parse(_read(mod), str(mod)).go) >= 17:
+            raise InputError(
+                f"{path}: its go.mod says go >= 1.17, so go.sum is no build list (it keeps"
+                " versions no build uses): give go.mod"
+            )
+        return read_go_sum(text, str(path))
+    if name == "go.work":
+        return read_go_work(path, text)
+    if name == "modules.txt":
+        return read_vendor(path, text)
+    return read_go_mod(path, text)
+
+
+async def locks_at_tag(repo: GitRepo, tag: str) -> list[LockInput]:
+    """The top-level go.work, else go.mod (vendor/modules.txt when neither), at `tag`."""
+    with tempfile.TemporaryDirectory(prefix="stagecrawl-tag-") as tmp:
+        tree = Path(tmp)
+        await repo.export(tag, tree)
+        for name in ("go.work", "go.mod", "vendor/modules.txt"):
+            found = tree / name
+            if found.is_file():
+                lock = read_lock(found, _read(found))
+                lock.where = f"{repo.label}@{tag} {name}"
+                return [lock]
+    return []

@@ -1,0 +1,126 @@
+"""Go's module paths and versions as go.dev/ref/mod and golang.org/x/mod define them: semantic
+versions with the `v` (x/mod semver: shorthands `v1`, `v1.2`; build metadata, `+incompatible`
+included, ignored in the order), pseudo-versions (x/mod module/pseudo.go), the `!`-lowercase
+case-encoding of the proxy protocol and the checks of a module path (module.CheckPath).
+Hand-written: no Python package implements x/mod's rules (tests/go checks them)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from stagecrawl.errors import InputError
+
+_SEMVER = re.compile(
+    r"^v?(0|[1-9]\d*)(?:\.(0|[1-9]\d*)(?:\.(0|[1-9]\d*)(?:-([0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?"
+    r"(?:\+([0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?)?)?$"
+)
+_PSEUDO = re.compile(
+    r"^v[0-9]+\.(0\.0-|\d+\.\d+-([^+]*\.)?0\.)\d{14}-[A-Za-z0-9]+(\+[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?$"
+)
+_BAD_PRERELEASE_NUMBER = re.compile(r"(^|\.)0\d+(\.|$)")
+
+
+class GoVersion:
+    """A parsed Go semantic version, ordered as x/mod's semver.Compare orders it (OSV's Go
+    bounds have no `v`: both spellings parse)."""
+
+    __slots__ = ("key", "text")
+
+    def __init__(self, text: str) -> None:
+        match = _SEMVER.match(text)
+        pre = match[4] if match else None
+        if match is None or (pre and _BAD_PRERELEASE_NUMBER.search(pre)):
+            raise ValueError(f"not a Go semantic version: {text!r}")
+        if match[2] is None or match[3] is None:  # v1, v1.2: shorthands, no suffix allowed
+            pre = None
+        ids = tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in (pre or "").split("."))
+        numbers = tuple(int(n or 0) for n in match.group(1, 2, 3))
+        self.key: tuple[Any, ...] = (*numbers, pre is None, ids if pre else ())
+        self.text = text
+
+    def __lt__(self, other: GoVersion) -> bool:
+        return self.key < other.key
+
+    def __le__(self, other: GoVersion) -> bool:
+        return self.key <= other.key
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, GoVersion) and self.key == other.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+
+def sort_key(version: str) -> tuple[Any, ...]:
+    """semver.Compare's order; an invalid version sorts below every valid one."""
+    try:
+        return (1, GoVersion(version).key)
+    except ValueError:
+        return (0, version)
+
+
+def is_valid(version: str) -> bool:
+    """A canonical module version: `v` and the three numbers (what a proxy lists)."""
+    match = _SEMVER.match(version)
+    return bool(match and version.startswith("v") and match[3] is not None) and (
+        sort_key(version)[0] == 1
+    )
+
+
+def is_pseudo(version: str) -> bool:
+    return version.count("-") >= 2 and is_valid(version) and bool(_PSEUDO.match(version))
+
+
+def is_prerelease(version: str) -> bool:
+    """semver.Prerelease(v) != "": pseudo-versions are pre-releases too."""
+    return "-" in version.split("+", 1)[0]
+
+
+def is_incompatible(version: str) -> bool:
+    return version.endswith("+incompatible")
+
+
+def tier(version: str) -> int:
+    """How `go` ranks a version for @latest: 0 a release, 1 a pre-release, 2 a pseudo."""
+    return 2 if is_pseudo(version) else 1 if is_prerelease(version) else 0
+
+
+def go_tag_semver(tag: str) -> str | None:
+    """A Go release as OSV's stdlib entries spell it: go1.21.3 → 1.21.3, go1.21rc2 →
+    1.21.0-rc.2, 1.13 → 1.13.0 (golang/vuln's GoTagToSemver; a go line has no `go`)."""
+    match = re.fullmatch(r"(?:go)?1(?:\.(\d+))?(?:\.(\d+))?(?:(rc|beta)(\d+))?", tag.strip())
+    if match is None:
+        return None
+    minor, patch, kind, number = match.groups()
+    text = f"1.{minor or 0}.{patch or 0}"
+    return f"{text}-{kind}.{number}" if kind else text
+
+
+def escape(text: str) -> str:
+    """The proxy protocol's case-encoding: each upper-case letter as `!` + its lower case."""
+    return re.sub(r"[A-Z]", lambda m: "!" + m[0].lower(), text)
+
+
+def path_problem(path: str) -> str | None:
+    """Why `path` is not a module path (x/mod module.CheckPath, Windows names aside)."""
+    if not path or len(path) > 300:
+        return "empty" if not path else "longer than 300 characters"
+    if not path.isascii() or not re.fullmatch(r"[A-Za-z0-9._~/-]+", path):
+        return "only ASCII letters, digits and - . _ ~ / are allowed"
+    if path.startswith(("-", "/")) or path.endswith("/") or "//" in path:
+        return "a leading dash or slash, a trailing slash or a double slash"
+    elements = path.split("/")
+    if "." not in elements[0] or not re.fullmatch(r"[a-z0-9.-]+", elements[0]):
+        return "the first element must be a lower-case host name with a dot"
+    for element in elements:
+        if element.startswith(".") or element.endswith(".") or set(element) == {"."}:
+            return f"the path element {element!r} starts or ends with a dot"
+    return None
+
+
+def check_path(path: str) -> str:
+    problem = path_problem(path)
+    if problem is not None:
+        raise InputError(f"{path[:80]!r} is not a Go module path: {problem}")
+    return path
