@@ -42,6 +42,7 @@ def audit_json(report: AuditReport) -> dict[str, Any]:
         "warnings": len(report.warnings),
         "hits": [hit_json(h, report.ecosystem.package_word) for h in report.hits],
         "problems": report.problems,
+        "not_audited": [{"what": what, "why": why} for what, why in report.unaudited],
         "ignored": [
             {
                 **hit_json(hit, report.ecosystem.package_word),

@@ -1,0 +1,200 @@
+"""`go audit` of real go.mod files (prometheus, ../shared/fixtures/go/locks) against the real Go
+vulnerability database (vulndb.zip), compared with an evaluator written here from the OSV
+schema alone (semver's precedence, events sorted, `introduced`/`fixed`/`last_affected`,
+withdrawn entries out; no stagecrawl code): module and stdlib hits. A local-path replace is
+never audited, a clean go.mod exits 0, a bad go.mod or go.sum is one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import zipfile
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import semver
+
+from tests.cli import stagecrawl
+from tests.services import SHARED
+
+GO = SHARED / "fixtures" / "go"
+VULNDB = GO / "vulndb" / "vulndb.zip"
+PROMETHEUS = GO / "locks" / "prometheus"
+
+
+def need(path: Path) -> Path:
+    if not path.exists():
+        pytest.skip(f"{path} is absent (the shared Go fixtures are not laid beside the checkout)")
+    return path
+
+
+def order(version: str) -> semver.Version:
+    return semver.Version.parse(version.removeprefix("v"))
+
+
+@cache
+def advisories() -> list[dict[str, Any]]:
+    with zipfile.ZipFile(need(VULNDB)) as archive:
+        names = [n for n in archive.namelist() if n.startswith("ID/") and n.endswith(".json")]
+        return [json.loads(archive.read(n)) for n in names]
+
+
+def affected(entry: dict[str, Any], name: str, version: str) -> bool:
+    """The OSV schema's evaluation of one package version against one entry."""
+    found = False
+    for item in entry.get("affected", []):
+        package = item.get("package", {})
+        if package.get("ecosystem") != "Go" or package.get("name") != name:
+            continue
+        ranges = [r for r in item.get("ranges") or [] if r.get("type") == "SEMVER"]
+        if not ranges and not item.get("versions"):
+            return True  # no ranges: every version
+        at = order(version)
+        for r in ranges:
+            events = sorted(
+                ((k, v) for e in r["events"] for k, v in e.items()),
+                key=lambda e: (e[1] != "0", order(e[1]) if e[1] != "0" else None, e[0] != "introduced"),
+            )  # fmt: skip
+            inside = False
+            for kind, bound in events:
+                if kind == "introduced" and (bound == "0" or order(bound) <= at):
+                    inside = True
+                elif kind == "fixed" and order(bound) <= at:
+                    inside = False
+                elif kind == "last_affected" and order(bound) < at:
+                    inside = False
+            found = found or inside
+    return found
+
+
+def expected_hits(pins: list[tuple[str, str]]) -> set[tuple[str, str, str]]:
+    return {
+        (name, version, entry["id"])
+        for entry in advisories()
+        if not entry.get("withdrawn")
+        for name, version in pins
+        if affected(entry, name, version)
+    }
+
+
+def gomod_pins(text: str) -> list[tuple[str, str]]:
+    """A go.mod's requires, read here with a regular expression (no stagecrawl code)."""
+    pins = re.findall(r"^\s*(?:require\s+)?([a-z0-9.-]+\.[a-z]+/\S*|[a-z0-9.-]+\.[a-z]+)\s+(v\S+)",
+                      text, flags=re.M)  # fmt: skip
+    return [(p, v) for p, v in pins]
+
+
+@pytest.fixture(scope="module")
+def vulns_db(tmp_path_factory: pytest.TempPathFactory) -> str:
+    db = f"sqlite:///{tmp_path_factory.mktemp('go-vulns') / 'v.db'}"
+    done = stagecrawl("go", "vulns", "--source", str(need(VULNDB)), "--scope", "all", "--db", db)
+    assert done.returncode == 0, done.stderr
+    return db
+
+
+def audit(db: str, *args: str) -> tuple[int, dict[str, Any]]:
+    done = stagecrawl("go", "audit", *args, "--db", db, "--format", "json")
+    assert done.returncode in (0, 1), done.stderr
+    return done.returncode, json.loads(done.stdout)
+
+
+def test_prometheus_v2_37_matches_the_osv_evaluation(vulns_db: str, tmp_path: Path) -> None:
+    source = need(PROMETHEUS / "v2.37.0" / "go.mod").read_text()
+    aws = dict(gomod_pins(source))["github.com/aws/aws-sdk-go"]
+    # two local-path replaces (a wildcard and a versioned one) of modules with advisories
+    text = source + (
+        "\nreplace github.com/docker/docker => ./third_party/docker\n"
+        f"replace github.com/aws/aws-sdk-go {aws} => ../aws-fork\n"
+    )
+    gomod = tmp_path / "go.mod"
+    gomod.write_text(text)
+    code, report = audit(vulns_db, "--lockfile", str(gomod))
+    replaced = {"github.com/docker/docker", "github.com/aws/aws-sdk-go"}
+    pins = [(p, v) for p, v in gomod_pins(source) if p not in replaced]
+    pins = [(p, v) for p, v in pins if p != "k8s.io/klog"] + [
+        ("github.com/simonpasquier/klog-gokit", "v0.3.0"),
+        ("stdlib", "1.17.0"),  # the go line, no toolchain line
+    ]
+    want = expected_hits(pins)
+    got = {(h["module"], h["version"], h["id"]) for h in report["hits"]}
+    assert got == want
+    assert {name for name, _v, _id in got} >= {"golang.org/x/net", "stdlib"}
+    assert not {name for name, _v, _id in got} & replaced
+    assert code == 1
+    not_audited = " ".join(n["what"] for n in report["not_audited"])
+    assert "github.com/docker/docker" in not_audited and "../aws-fork" in not_audited
+    assert any(h["functions"] for h in report["hits"])  # the affected symbols are shown
+
+
+def test_head_toolchain_less_go_line_and_indirect_requires(vulns_db: str) -> None:
+    gomod = need(PROMETHEUS / "HEAD-d15adb9ad7e5" / "go.mod")
+    code, report = audit(vulns_db, "--lockfile", str(gomod))
+    text = gomod.read_text()
+    replaced = {"cloud.google.com/go": "v0.123.0"}
+    excluded = set(re.findall(r"exclude\s+(\S+ v\S+)", text))
+    pins = [
+        (p, replaced.get(p, v)) for p, v in gomod_pins(text) if f"{p} {v}" not in excluded
+    ] + [("stdlib", "1.25.10")]
+    got = {(h["module"], h["version"], h["id"]) for h in report["hits"]}
+    assert got == expected_hits(pins)
+    assert ("github.com/aws/aws-sdk-go", "v1.55.8", "GO-2022-0635") in got  # introduced: 0
+    assert code == 1
+
+
+def test_a_clean_go_mod_exits_0(vulns_db: str, tmp_path: Path) -> None:
+    gomod = tmp_path / "go.mod"
+    gomod.write_text("module example.com/clean\n\ngo 1.17\ntoolchain go1.99.0\n\n"
+                     "require golang.org/x/text v0.99.0\n")  # fmt: skip
+    code, report = audit(vulns_db, "--lockfile", str(gomod))
+    assert (code, report["hits"]) == (0, [])
+
+
+def test_go_sum_counts_only_below_go_1_17(vulns_db: str, tmp_path: Path) -> None:
+    old = tmp_path / "old"
+    shutil.copytree(need(PROMETHEUS / "v2.20.0"), old)
+    code, report = audit(vulns_db, "--lockfile", str(old / "go.mod"))
+    modules = {h["module"] for h in report["hits"]}
+    direct = {p for p, _v in gomod_pins((old / "go.mod").read_text())}
+    assert modules - direct - {"stdlib"}, "go 1.13: go.sum's modules are audited too"
+    new = tmp_path / "new"
+    shutil.copytree(need(PROMETHEUS / "v2.37.0"), new)
+    done = stagecrawl("go", "audit", "--lockfile", str(new / "go.sum"), "--db", vulns_db)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "go.mod" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        ("go.mod", "module x\nrequire (\n", "unterminated"),
+        ("go.mod", "module x\nrequire a.example/b\n", "usage"),
+        ("go.mod", 'module x\nrequire "a.example/b v1.0.0\n', "newline in string"),
+        ("go.sum", "a.example/b v1.0.0\n", "not a go.sum line"),
+        ("go.work", "go 1.22\nuse ./missing\n", "cannot read"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    tmp_path: Path, name: str, text: str, message: str
+) -> None:
+    lock = tmp_path / name
+    lock.write_text(text)
+    db = tmp_path / "never.db"
+    for command in ("audit", "lock"):
+        done = stagecrawl("go", command, "--lockfile", str(lock), "--db", f"sqlite:///{db}")
+        assert done.returncode == 2, (command, done.stderr)
+        assert done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
+    assert not db.exists()
+
+
+def test_stagecrawl_audit_dir_includes_go_mod(vulns_db: str, tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "go.mod").write_text(
+        "module example.com/p\n\ngo 1.22.1\n\nrequire github.com/aws/aws-sdk-go v1.55.8\n"
+    )
+    done = stagecrawl("audit", str(project), "--db", vulns_db, "--format", "json")
+    assert done.returncode == 1, done.stderr
+    assert "GO-2022-0635" in done.stdout
