@@ -135,9 +135,9 @@ def test_head_toolchain_less_go_line_and_indirect_requires(vulns_db: str) -> Non
     text = gomod.read_text()
     replaced = {"cloud.google.com/go": "v0.123.0"}
     excluded = set(re.findall(r"exclude\s+(\S+ v\S+)", text))
-    pins = [
-        (p, replaced.get(p, v)) for p, v in gomod_pins(text) if f"{p} {v}" not in excluded
-    ] + [("stdlib", "1.25.10")]
+    pins = [(p, replaced.get(p, v)) for p, v in gomod_pins(text) if f"{p} {v}" not in excluded] + [
+        ("stdlib", "1.25.10")
+    ]
     got = {(h["module"], h["version"], h["id"]) for h in report["hits"]}
     assert got == expected_hits(pins)
     assert ("github.com/aws/aws-sdk-go", "v1.55.8", "GO-2022-0635") in got  # introduced: 0
