@@ -54,17 +54,19 @@ def affected(entry: dict[str, Any], name: str, version: str) -> bool:
             return True  # no ranges: every version
         at = order(version)
         for r in ranges:
-            events = sorted(
-                ((k, v) for e in r["events"] for k, v in e.items()),
-                key=lambda e: (e[1] != "0", order(e[1]) if e[1] != "0" else None, e[0] != "introduced"),
-            )  # fmt: skip
+            pairs = [(k, v) for e in r["events"] for k, v in e.items()]
+            zero = [p for p in pairs if p[1] == "0"]
+            events = zero + sorted(
+                (p for p in pairs if p[1] != "0"),
+                key=lambda e: (order(e[1]), e[0] != "introduced"),
+            )
             inside = False
             for kind, bound in events:
                 if kind == "introduced" and (bound == "0" or order(bound) <= at):
                     inside = True
-                elif kind == "fixed" and order(bound) <= at:
-                    inside = False
-                elif kind == "last_affected" and order(bound) < at:
+                elif (kind == "fixed" and order(bound) <= at) or (
+                    kind == "last_affected" and order(bound) < at
+                ):
                     inside = False
             found = found or inside
     return found
@@ -82,8 +84,8 @@ def expected_hits(pins: list[tuple[str, str]]) -> set[tuple[str, str, str]]:
 
 def gomod_pins(text: str) -> list[tuple[str, str]]:
     """A go.mod's requires, read here with a regular expression (no stagecrawl code)."""
-    pins = re.findall(r"^\s*(?:require\s+)?([a-z0-9.-]+\.[a-z]+/\S*|[a-z0-9.-]+\.[a-z]+)\s+(v\S+)",
-                      text, flags=re.M)  # fmt: skip
+    module = r"[a-z0-9.-]+\.[a-z]+(?:/\S*)?"
+    pins = re.findall(rf"^\s*(?:require\s+)?({module})\s+(v\S+)", text, flags=re.M)
     return [(p, v) for p, v in pins]
 
 
@@ -155,7 +157,7 @@ def test_a_clean_go_mod_exits_0(vulns_db: str, tmp_path: Path) -> None:
 def test_go_sum_counts_only_below_go_1_17(vulns_db: str, tmp_path: Path) -> None:
     old = tmp_path / "old"
     shutil.copytree(need(PROMETHEUS / "v2.20.0"), old)
-    code, report = audit(vulns_db, "--lockfile", str(old / "go.mod"))
+    _code, report = audit(vulns_db, "--lockfile", str(old / "go.mod"))
     modules = {h["module"] for h in report["hits"]}
     direct = {p for p, _v in gomod_pins((old / "go.mod").read_text())}
     assert modules - direct - {"stdlib"}, "go 1.13: go.sum's modules are audited too"

@@ -33,8 +33,9 @@ def origin() -> Iterator[GoOrigin]:
     server = GoOrigin()
     for n, path in enumerate(MODULES):
         for v in range(3 + n % 4):
-            server.publish(path, f"v1.{v}.0", f"module {path}\n\ngo 1.2{v}\n\n"
-                           f"require example.com/dep v0.{n}.0\n" + ("retract v1.0.0\n" if v else ""))  # fmt: skip
+            retract = "retract v1.0.0\n" if v else ""
+            mod = f"module {path}\n\ngo 1.2{v}\n\nrequire example.com/dep v0.{n}.0\n{retract}"
+            server.publish(path, f"v1.{v}.0", mod)
     server.start()
     yield server
     server.stop()
@@ -77,9 +78,9 @@ def test_kill_9_mid_crawl_then_rerun_equals_a_clean_run(origin: GoOrigin, tmp_pa
     process = spawn("go", "crawl", *MODULES, "--db", f"sqlite:///{killed}", *urls(origin, "8"))
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        if killed.exists() and count(killed, "SELECT COUNT(*) FROM sqlite_master") > 3:
-            if count(killed, "SELECT COUNT(*) FROM TB_COMP_LIB_VERSION_GOLANG"):
-                break
+        ready = killed.exists() and count(killed, "SELECT COUNT(*) FROM sqlite_master") > 3
+        if ready and count(killed, "SELECT COUNT(*) FROM TB_COMP_LIB_VERSION_GOLANG"):
+            break
         time.sleep(0.1)
     process.send_signal(signal.SIGKILL)
     process.wait(30)

@@ -62,6 +62,7 @@ class GoClient:
         self.proxy = proxy_url.rstrip("/") + "/"
         self.index = index_url
         self.kept: OrderedDict[tuple[str, str], Any] = OrderedDict()
+        self.page = FEED_PAGE
 
     def _url(self, path: str, tail: str) -> str:
         return self.proxy + quote(escape(path), safe="/!~") + tail
@@ -126,7 +127,7 @@ class GoClient:
         seen: set[tuple[str, str]] = set()
         last = since
         while True:
-            url = f"{self.index}?since={quote(since, safe=':')}&limit={FEED_PAGE}"
+            url = f"{self.index}?since={quote(since, safe=':')}&limit={self.page}"
             result = await self.fetcher.get(url, lane=INDEX, allow_empty=True)
             rows: list[FeedRow] = []
             fresh: set[tuple[str, str]] = set()
@@ -143,6 +144,6 @@ class GoClient:
                     rows.append(row)
                 last = row.timestamp
             yield rows
-            if len(fresh) < FEED_PAGE or last == since:  # a page of one instant: no progress
+            if len(fresh) < self.page or last == since:  # a page of one instant: no progress
                 return
             seen, since = fresh, last

@@ -380,8 +380,7 @@ class Go(Registry[GoClient]):
         validators = Validators(etag=etag) if etag and not fed else None
         module = await self._resolve(client, target.name, fed, validators)
         if module is None:
-            return None
-        client.forget(target.name)
+            return None  # its answers stay kept for the collect that follows (bounded)
         return Listing(
             target.name,
             {v: module.reason(v) is not None for v in module.versions},
