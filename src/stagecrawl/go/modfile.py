@@ -183,15 +183,10 @@ def _syntax(text: str) -> list[Line | Block]:
 def _unquote(token: str) -> str:
     if token.startswith("`"):
         return token[1:-1]
-    if token.startswith('"'):
-        try:
-            value = json.loads(token)
-        except ValueError:
-            raise ValueError(f"invalid quoted string {token}") from None
-        return str(value)
-    if any(q in token for q in "\"'`"):
-        raise ValueError(f"unquoted string cannot contain quote: {token}")
-    return token
+    try:
+        return str(json.loads(token)) if token.startswith('"') else token
+    except ValueError:
+        raise ValueError(f"invalid quoted string {token}") from None
 
 
 def auto_quote(text: str) -> str:
@@ -204,11 +199,8 @@ def auto_quote(text: str) -> str:
 
 def is_local_path(path: str) -> bool:
     """x/mod's IsDirectoryPath: a replacement that is a directory, not a module."""
-    return (
-        path in (".", "..")
-        or path.startswith(("./", "../", "/", ".\\", "..\\", "\\"))
-        or bool(re.match(r"^[A-Za-z]:[/\\]", path))
-    )
+    local = path in (".", "..") or path.startswith(("./", "../", "/", ".\\", "..\\", "\\"))
+    return local or bool(re.match(r"^[A-Za-z]:[/\\]", path))
 
 
 def parse(text: str, strict: bool = True, work: bool = False) -> ModFile:
@@ -239,11 +231,11 @@ def _directive(
         "go", "toolchain", "module", "require", "exclude", "replace", "retract", "godebug",
         "tool", "ignore",
     )  # fmt: skip
-    if verb not in known:
-        if strict:
-            raise ValueError("unknown directive")
-        return
-    if not strict and verb not in ("go", "toolchain", "module", "require", "retract"):
+    if verb not in known and strict:
+        raise ValueError("unknown directive")
+    if verb not in known or (
+        not strict and verb not in ("go", "toolchain", "module", "require", "retract")
+    ):
         return
     if verb == "module":
         if mod.module is not None or len(args) != 1:
@@ -280,24 +272,19 @@ def _directive(
         new_path = _unquote(new[0])
         if len(new) == 1 and not is_local_path(new_path):
             raise ValueError(f"replacement module {new_path!r} without version")
+        versions = [_unquote(old[1]) if old[1:] else None, _unquote(new[1]) if new[1:] else None]
         mod.replaces.append(
-            Replace(
-                _unquote(old[0]),
-                _unquote(old[1]) if len(old) == 2 else None,
-                new_path,
-                _unquote(new[1]) if len(new) == 2 else None,
-                line.number,
-            )
+            Replace(_unquote(old[0]), versions[0], new_path, versions[1], line.number)
         )
     elif verb == "retract":
         if args[:1] == ["["]:
             if len(args) != 5 or args[2] != "," or args[4] != "]":
                 raise ValueError("expected '[' low ',' high ']'")
             low, high = _unquote(args[1]), _unquote(args[3])
-        elif len(args) == 1:
-            low = high = _unquote(args[0])
-        else:
+        elif len(args) != 1:
             raise ValueError("expected '[' or version")
+        else:
+            low = high = _unquote(args[0])
         mod.retracts.append((low, high, line.comment(block)))
     elif verb == "use":
         if len(args) != 1:

@@ -50,7 +50,7 @@ from stagecrawl.storage.db import Database, dumps
 GO = Ecosystem(
     name="Go",
     purl_type="golang",
-    parse_version=GoVersion,  # OSV's bounds have no `v`: both spellings parse
+    parse_version=GoVersion.parse,  # OSV's bounds have no `v`: both spellings parse
     version_kind="Go semantic version",
     product_key=lambda name: name,  # module paths are case-sensitive
     primary_prefix="GO-",
@@ -92,16 +92,16 @@ class Module:
     def reason(self, version: str) -> str | None:
         return _retracted(version, self.retracts)
 
+    def listing(self) -> Listing:
+        retracted = {v: self.reason(v) is not None for v in self.versions}
+        return Listing(self.name, retracted, self.problems, self)
+
     def product(self) -> dict[str, Any]:
-        retractions = [list(r) for r in self.retracts]
-        return {
-            "LATEST_VERSION": self.latest,
-            "COMP_STATUS": self.status,
-            "DEPRECATED": self.deprecated,
-            "RETRACTIONS_FROM": self.latest_raw,
-            "RETRACTIONS": json.dumps(retractions) if retractions else None,
-            "LIST_ETAG": self.etag,
-        }
+        """PRODUCT's columns that @latest and its go.mod decide."""
+        retractions = json.dumps([list(r) for r in self.retracts]) if self.retracts else None
+        return {"LATEST_VERSION": self.latest, "COMP_STATUS": self.status,
+                "DEPRECATED": self.deprecated, "RETRACTIONS_FROM": self.latest_raw,
+                "RETRACTIONS": retractions, "LIST_ETAG": self.etag}  # fmt: skip
 
 
 async def _pick(
@@ -210,13 +210,7 @@ class Go(Registry[GoClient]):
         return GoClient(fetcher, g.proxy_url, g.index_url)
 
     async def seed_one(self, client: GoClient, name: str) -> Listing:
-        module = await self._resolve(client, name)
-        return Listing(
-            name,
-            {v: module.reason(v) is not None for v in module.versions},
-            module.problems,
-            module,
-        )
+        return (await self._resolve(client, name)).listing()
 
     async def _resolve(
         self,
@@ -241,7 +235,10 @@ class Go(Registry[GoClient]):
         found: dict[str, tuple[dict[str, Any], str]] = {}
         for version in versions:
             try:
-                found[version] = (await client.info(name, version), await client.mod(name, version))
+                answers = await asyncio.gather(
+                    client.info(name, version), client.mod(name, version)
+                )
+                found[version] = answers[0], answers[1]
             except NotFound:
                 continue  # not on the proxy: that version is not found
             except ValueError as exc:
@@ -249,21 +246,14 @@ class Go(Registry[GoClient]):
         module = await self._resolve(client, name, [v for v in found if is_pseudo(v)])
         rows = [await self._row(client, module, v, *found[v], context) for v in found]
         client.forget(name)
+        # fmt: off
         product = {
-            "LANGUAGE": self.language,
-            "REPOSITORY": self.repository,
-            "PRODUCT_KEY": name,
-            "NAME": name,
-            "DESCRIPTION": None,
-            "URL": f"https://pkg.go.dev/{name}",
-            "SCM": None,
-            "KEYWORDS": None,
-            "CATEGORIES": None,
-            "DOWNLOADS": None,
-            "VERSION_COUNT": len(module.versions),
-            "LAST_UPDATED": context.now,
-            **module.product(),
+            "LANGUAGE": self.language, "REPOSITORY": self.repository, "PRODUCT_KEY": name,
+            "NAME": name, "DESCRIPTION": None, "URL": f"https://pkg.go.dev/{name}", "SCM": None,
+            "KEYWORDS": None, "CATEGORIES": None, "DOWNLOADS": None,
+            "VERSION_COUNT": len(module.versions), "LAST_UPDATED": context.now, **module.product(),
         }
+        # fmt: on
         return Collected(
             listed={v: module.reason(v) is not None for v in module.versions},
             rows=(rows, product),
@@ -297,37 +287,22 @@ class Go(Registry[GoClient]):
         requires = [
             {"path": r.path, "version": r.version, "indirect": r.indirect} for r in mod.requires
         ]
+        # fmt: off
         return {
-            "LANGUAGE": self.language,
-            "REPOSITORY": self.repository,
-            "PRODUCT_KEY": name,
-            "VERSION": version,
-            "NAME": name,
-            "DESCRIPTION": None,
-            "LICENSE": license_text,
+            "LANGUAGE": self.language, "REPOSITORY": self.repository, "PRODUCT_KEY": name,
+            "VERSION": version, "NAME": name, "DESCRIPTION": None, "LICENSE": license_text,
             "STANDARD_LICENSE": standard.standard_license if standard else None,
             "LICENSE_IDS": standard.license_ids if standard else None,
-            "LICENSE_EXPRESSION": standard.expression if standard else None,
-            "LICENSE_AI": None,
-            "DEPENDENCIES": dumps(requires),
-            "FEATURES": "[]",
-            "CHECKSUM": None,
-            "YANKED": why is not None,
-            "URL": f"https://pkg.go.dev/{name}@{version}",
-            "SCM": None,
-            "DOWNLOADS": None,
-            "RELEASE_DATE": parse_time(info.get("Time")),
-            "PROCESSED": 1,
-            "LAST_UPDATED": context.now,
-            "RETRACTED": why is not None,
-            "RETRACTED_REASON": why,
-            "PSEUDO": is_pseudo(version),
-            "INCOMPATIBLE": is_incompatible(version),
-            "GO_VERSION": mod.go,
-            "TOOLCHAIN": mod.toolchain,
-            "LICENSE_SOURCE": source,
+            "LICENSE_EXPRESSION": standard.expression if standard else None, "LICENSE_AI": None,
+            "DEPENDENCIES": dumps(requires), "FEATURES": "[]", "CHECKSUM": None,
+            "YANKED": why is not None, "URL": f"https://pkg.go.dev/{name}@{version}", "SCM": None,
+            "DOWNLOADS": None, "RELEASE_DATE": parse_time(info.get("Time")), "PROCESSED": 1,
+            "LAST_UPDATED": context.now, "RETRACTED": why is not None, "RETRACTED_REASON": why,
+            "PSEUDO": is_pseudo(version), "INCOMPATIBLE": is_incompatible(version),
+            "GO_VERSION": mod.go, "TOOLCHAIN": mod.toolchain, "LICENSE_SOURCE": source,
             "GO_MOD_SYNTHETIC": text == f"module {modfile.auto_quote(name)}\n",
         }
+        # fmt: on
 
     def write(self, conn: Connection, db: Database, rows: Sequence[Any]) -> None:
         version_rows = [row for versions, _product in rows for row in versions]
@@ -379,14 +354,8 @@ class Go(Registry[GoClient]):
         etag, fed = target.stored
         validators = Validators(etag=etag) if etag and not fed else None
         module = await self._resolve(client, target.name, fed, validators)
-        if module is None:
-            return None  # its answers stay kept for the collect that follows (bounded)
-        return Listing(
-            target.name,
-            {v: module.reason(v) is not None for v in module.versions},
-            module.problems,
-            module,
-        )
+        # its answers stay kept for the collect that follows (bounded)
+        return None if module is None else module.listing()
 
     def refresh_extra(self, listing: Listing) -> dict[str, Any]:
         module: Module = listing.state

@@ -7,6 +7,7 @@ Hand-written: no Python package implements x/mod's rules (tests/go checks them).
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
 from stagecrawl.errors import InputError
@@ -21,41 +22,29 @@ _PSEUDO = re.compile(
 _BAD_PRERELEASE_NUMBER = re.compile(r"(^|\.)0\d+(\.|$)")
 
 
+@dataclass(frozen=True, order=True)
 class GoVersion:
-    """A parsed Go semantic version, ordered as x/mod's semver.Compare orders it (OSV's Go
-    bounds have no `v`: both spellings parse)."""
+    """A Go semantic version ordered as x/mod's semver.Compare (OSV's bounds lack the `v`)."""
 
-    __slots__ = ("key", "text")
+    key: tuple[Any, ...]
+    text: str = field(compare=False)
 
-    def __init__(self, text: str) -> None:
+    @classmethod
+    def parse(cls, text: str) -> GoVersion:
         match = _SEMVER.match(text)
         pre = match[4] if match else None
         if match is None or (pre and _BAD_PRERELEASE_NUMBER.search(pre)):
             raise ValueError(f"not a Go semantic version: {text!r}")
-        if match[2] is None or match[3] is None:  # v1, v1.2: shorthands, no suffix allowed
-            pre = None
+        pre = pre if match[3] is not None else None  # v1, v1.2: shorthands without suffix
         ids = tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in (pre or "").split("."))
         numbers = tuple(int(n or 0) for n in match.group(1, 2, 3))
-        self.key: tuple[Any, ...] = (*numbers, pre is None, ids if pre else ())
-        self.text = text
-
-    def __lt__(self, other: GoVersion) -> bool:
-        return self.key < other.key
-
-    def __le__(self, other: GoVersion) -> bool:
-        return self.key <= other.key
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, GoVersion) and self.key == other.key
-
-    def __hash__(self) -> int:
-        return hash(self.key)
+        return cls((*numbers, pre is None, ids if pre else ()), text)
 
 
 def sort_key(version: str) -> tuple[Any, ...]:
     """semver.Compare's order; an invalid version sorts below every valid one."""
     try:
-        return (1, GoVersion(version).key)
+        return (1, GoVersion.parse(version).key)
     except ValueError:
         return (0, version)
 
@@ -63,9 +52,8 @@ def sort_key(version: str) -> tuple[Any, ...]:
 def is_valid(version: str) -> bool:
     """A canonical module version: `v` and the three numbers (what a proxy lists)."""
     match = _SEMVER.match(version)
-    return bool(match and version.startswith("v") and match[3] is not None) and (
-        sort_key(version)[0] == 1
-    )
+    full = bool(match and version.startswith("v") and match[3] is not None)
+    return full and sort_key(version)[0] == 1
 
 
 def is_pseudo(version: str) -> bool:
@@ -119,8 +107,6 @@ def path_problem(path: str) -> str | None:
     return None
 
 
-def check_path(path: str) -> str:
-    problem = path_problem(path)
-    if problem is not None:
+def check_path(path: str) -> None:
+    if (problem := path_problem(path)) is not None:
         raise InputError(f"{path[:80]!r} is not a Go module path: {problem}")
-    return path
