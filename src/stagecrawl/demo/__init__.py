@@ -21,6 +21,7 @@ from rich.console import Console
 
 from stagecrawl.aircraft.run import AircraftConfig, run_aircraft
 from stagecrawl.crates.plugin import REGISTRY as CRATES
+from stagecrawl.demo.go import run_go
 from stagecrawl.demo.pypi import run_pypi
 from stagecrawl.demo.registry import build_mirror
 from stagecrawl.demo.wikidata import install
@@ -228,6 +229,7 @@ async def run_demo(out: Path, console: Console, quiet: bool, stop: GracefulStop)
     if stop.requested:
         return stop.exit_code
     console.print(f"5b. pypi: {await run_pypi(db, out, console, quiet, stop)}")
+    console.print(f"5c. go: {await run_go(db, out, console, quiet, stop)}")
     with TestOrigin() as wikidata:
         install(wikidata)
         flags = {
