@@ -172,7 +172,7 @@ def test_go_sum_counts_only_below_go_1_17(vulns_db: str, tmp_path: Path) -> None
     [
         ("go.mod", "module x\nrequire (\n", "unterminated"),
         ("go.mod", "module x\nrequire a.example/b\n", "usage"),
-        ("go.mod", 'module x\nrequire "a.example/b v1.0.0\n', "newline in string"),
+        ("go.mod", 'module x\nrequire "a.example/b v1.0.0\n', "unterminated string"),
         ("go.sum", "a.example/b v1.0.0\n", "not a go.sum line"),
         ("go.work", "go 1.22\nuse ./missing\n", "cannot read"),
     ],

@@ -22,7 +22,6 @@ from stagecrawl.go.versions import (
     is_valid,
     path_problem,
     sort_key,
-    tier,
 )
 from tests.services import SHARED
 
@@ -73,11 +72,6 @@ def test_the_three_pseudo_version_forms() -> None:
     assert is_pseudo("v1.2.4-0.20191109021931-daa7c04131f5")  # vX.Y.(Z+1)-0.time-hash
     assert is_pseudo("v17.12.0-ce-rc1.0.20200706150819-a40b877fbb9e+incompatible")
     assert not is_pseudo("v1.2.3-pre") and not is_pseudo("v0.1.0-deprecated")
-    assert [tier(v) for v in ("v1.0.0", "v1.0.0-rc.1", "v0.0.0-20220624214902-1bab6f366d9e")] == [
-        0,
-        1,
-        2,
-    ]
 
 
 def test_case_encoding_and_module_paths() -> None:

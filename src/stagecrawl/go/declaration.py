@@ -47,9 +47,6 @@ class GoSettings(Section):
     proxy_rate: float = _rate(8.0, "proxy")
     index_rate: float = _rate(1.0, "index")
     zip_rate: float = _rate(1.0, "zip")
-    proxy_burst: int = setting(
-        1, "Go proxy lane: requests allowed back to back", minimum=1, maximum=1000
-    )
     zips: int = setting(
         0, "fetch each version's module zip for its licenses (1) or not (0)", minimum=0, maximum=1
     )
@@ -69,23 +66,11 @@ class GoSettings(Section):
 
 
 DECLARATION = RegistryDecl(
-    cli="go",
-    title="Go modules",
-    names=NAMES,
-    words=Words(
-        unit="module",
-        units="modules",
-        index="the module proxy",
-        name_example="golang.org/x/mod",
-    ),
-    section=GoSettings,
-    tables="stagecrawl.go.tables",
-    plugin="stagecrawl.go.plugin:REGISTRY",
+    cli="go", title="Go modules", names=NAMES, section=GoSettings,
+    words=Words("module", "modules", "the module proxy", name_example="golang.org/x/mod"),
+    tables="stagecrawl.go.tables", plugin="stagecrawl.go.plugin:REGISTRY",
     locks=(LockKind("go.mod", ("go.mod",)), LockKind("go.work", ("go.work",))),
-    seed_env="STAGECRAWL_GO_SEED_MODULES",
-    osv_url=DEFAULT_OSV_URL,
-    osv_ecosystem="Go",
-    pin_form="NAME@VERSION",
+    seed_env="STAGECRAWL_GO_SEED_MODULES", osv_url=DEFAULT_OSV_URL, osv_ecosystem="Go",
     lock_help="go.mod, go.work, go.sum (go < 1.17) or vendor/modules.txt; repeatable.",
     seed_lanes=("proxy", "index"),
-)
+)  # fmt: skip

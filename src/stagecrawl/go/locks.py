@@ -44,12 +44,11 @@ def _read(path: Path) -> str:
 
 
 def _stdlib(lock: LockInput, mod: modfile.ModFile) -> None:
-    toolchain = mod.toolchain if mod.toolchain and mod.toolchain != "default" else None
-    version = go_tag_semver(toolchain or mod.go or "")
-    if version is not None:
-        lock.audit_only.append((STDLIB, version, None))
-    else:
+    toolchain = mod.toolchain if mod.toolchain != "default" else None
+    if (version := go_tag_semver(toolchain or mod.go or "")) is None:
         lock.unaudited.append((STDLIB, "no go or toolchain line: its version is not known"))
+    else:
+        lock.audit_only.append((STDLIB, version, None))
 
 
 def _apply(lock: LockInput, mod: modfile.ModFile, replaces: list[modfile.Replace]) -> None:
@@ -61,10 +60,8 @@ def _apply(lock: LockInput, mod: modfile.ModFile, replaces: list[modfile.Replace
         if (req.path, req.version) in excluded:
             lock.unaudited.append((f"{req.path} {req.version}", "excluded by the main module"))
             continue
-        chosen = next((r for r in replaces if (r.path, r.version) == (req.path, req.version)), None)
-        chosen = chosen or next(
-            (r for r in replaces if (r.path, r.version) == (req.path, None)), None
-        )
+        matches = [r for r in replaces if r.path == req.path and r.version in (req.version, None)]
+        chosen = min(matches, key=lambda r: r.version is None, default=None)
         if chosen is None:
             lock.pins.append((req.path, req.version, req.line))
         elif chosen.new_version is None:
@@ -77,8 +74,7 @@ def read_go_sum(text: str, where: str) -> LockInput:
     """Every module go.sum hashes, at the highest version it hashes the content of."""
     highest: dict[str, tuple[str, int]] = {}
     for number, line in enumerate(text.splitlines(), start=1):
-        fields = line.split()
-        if not fields:
+        if not (fields := line.split()):
             continue
         if len(fields) != 3 or not fields[2].startswith("h1:"):
             raise InputError(f"{where}:{number}: not a go.sum line (path version h1:hash)")
@@ -142,10 +138,8 @@ def read_lock(path: Path, text: str) -> LockInput:
     if name == "go.sum":
         mod = path.with_name("go.mod")
         if mod.is_file() and _go_minor(_parse(_read(mod), str(mod)).go) >= 17:
-            raise InputError(
-                f"{path}: its go.mod says go >= 1.17, so go.sum is no build list (it keeps"
-                " versions no build uses): give go.mod"
-            )
+            why = "go >= 1.17: go.sum is no build list (it keeps versions no build uses)"
+            raise InputError(f"{path}: its go.mod says {why}: give go.mod")
         return read_go_sum(text, str(path))
     if name == "go.work":
         return read_go_work(path, text)
@@ -157,11 +151,9 @@ def read_lock(path: Path, text: str) -> LockInput:
 async def locks_at_tag(repo: GitRepo, tag: str) -> list[LockInput]:
     """The top-level go.work, else go.mod (vendor/modules.txt when neither), at `tag`."""
     with tempfile.TemporaryDirectory(prefix="stagecrawl-tag-") as tmp:
-        tree = Path(tmp)
-        await repo.export(tag, tree)
+        await repo.export(tag, Path(tmp))
         for name in ("go.work", "go.mod", "vendor/modules.txt"):
-            found = tree / name
-            if found.is_file():
+            if (found := Path(tmp) / name).is_file():
                 lock = read_lock(found, _read(found))
                 lock.where = f"{repo.label}@{tag} {name}"
                 return [lock]

@@ -14,7 +14,6 @@ import json
 import re
 from dataclasses import dataclass, field
 
-_PUNCT = "\n()[]{},"
 _DEPRECATED = re.compile(r"(?s)(?:\A|\n\n)Deprecated: *(.*?)(?:\Z|\n\n)")
 _GO_VERSION = re.compile(r"^([1-9][0-9]*)\.(0|[1-9][0-9]*)(\.(0|[1-9][0-9]*))?([a-z]+[0-9]+)?$")
 _LAX_GO = re.compile(r"^v?(([1-9][0-9]*)\.(0|[1-9][0-9]*))([^0-9].*)$")
@@ -73,48 +72,30 @@ class ModFile:
     uses: list[tuple[str, int]] = field(default_factory=list)  # go.work
 
 
+_TOKEN = re.compile(
+    r"(?P<space>[ \t\r]+)|(?P<comment>//[^\n]*(?:\n|$))|(?P<bad>/\*)|(?P<punct>[\n()\[\]{},])"
+    r'|(?P<string>"(?:[^"\\\n]|\\.)*"|`[^`\n]*`)|(?P<ident>(?:(?!//|/\*)[^\s()\[\]{},"`])+)'
+)
+
+
 def _tokens(text: str) -> list[tuple[str, str, int]]:
-    """(kind, text, line): kind is one of _PUNCT, "s" (string), "i" (identifier), "c" (a
-    comment alone on its line, newline included), "e" (a comment after tokens, newline
-    included). read.go's readToken."""
+    """read.go's readToken: (kind, text, line), kind a punctuation character, "s" a string,
+    "i" an identifier, "c" a comment alone on its line or "e" one after tokens (each comment
+    with its newline)."""
     out: list[tuple[str, str, int]] = []
-    pos, line, n = 0, 1, len(text)
-    while pos < n:
-        c = text[pos]
-        if c in " \t\r":
-            pos += 1
-        elif text.startswith("//", pos):
-            end = text.find("\n", pos)
-            end = n if end < 0 else end
-            start_of_line = text.rfind("\n", 0, pos) + 1
-            kind = "e" if text[start_of_line:pos].strip() else "c"
-            out.append((kind, text[pos:end].rstrip("\r"), line))
-            pos, line = end + 1, line + 1
-        elif text.startswith("/*", pos):
-            raise ValueError(f"{line}: mod files must use // comments (not /* */ comments)")
-        elif c in _PUNCT:
-            out.append((c, c, line))
-            pos, line = pos + 1, line + (c == "\n")
-        elif c in '"`':
-            end = pos + 1
-            while end < n and text[end] != c:
-                if text[end] == "\n":
-                    raise ValueError(f"{line}: unexpected newline in string")
-                end += 2 if text[end] == "\\" and c == '"' else 1
-            if end >= n:
-                raise ValueError(f"{line}: unexpected EOF in string")
-            out.append(("s", text[pos : end + 1], line))
-            pos = end + 1
-        else:
-            end = pos
-            while end < n and not text[end].isspace() and text[end] not in "()[]{},":
-                if text.startswith("//", end) or text.startswith("/*", end):
-                    break
-                end += 1
-            if end == pos or not text[pos:end].isprintable():
-                raise ValueError(f"{line}: unexpected input character {text[pos]!r}")
-            out.append(("i", text[pos:end], line))
-            pos = end
+    pos, line = 0, 1
+    while pos < len(text):
+        match = _TOKEN.match(text, pos)
+        kind = (match.lastgroup if match else None) or "bad"
+        if kind == "bad" or match is None or (not match[0].isprintable() and kind == "ident"):
+            what = "/* */ comments (mod files use //)" if kind == "bad" else repr(text[pos])
+            raise ValueError(f"{line}: unexpected input: {what}, or an unterminated string")
+        if kind == "comment":
+            alone = not text[text.rfind("\n", 0, pos) + 1 : pos].strip()
+            out.append(("c" if alone else "e", match[0].rstrip("\r\n"), line))
+        elif kind != "space":
+            out.append((match[0] if kind == "punct" else kind[0], match[0], line))
+        line, pos = line + match[0].count("\n"), match.end()
     return out
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -48,20 +48,13 @@ from stagecrawl.settings import Settings
 from stagecrawl.storage.db import Database, dumps
 
 GO = Ecosystem(
-    name="Go",
-    purl_type="golang",
+    name="Go", purl_type="golang", version_kind="Go semantic version", sort_key=sort_key,
     parse_version=GoVersion.parse,  # OSV's bounds have no `v`: both spellings parse
-    version_kind="Go semantic version",
     product_key=lambda name: name,  # module paths are case-sensitive
-    primary_prefix="GO-",
-    database_name="Go Vulnerability Database",
-    advisory_url_template="https://pkg.go.dev/vuln/{}",
-    sort_key=sort_key,
-    package_word="module",
-    registry_key="go",
-    lockfile_name="go.mod",
-    manifest_name="go.mod",
-)
+    primary_prefix="GO-", database_name="Go Vulnerability Database",
+    advisory_url_template="https://pkg.go.dev/vuln/{}", package_word="module",
+    registry_key="go", lockfile_name="go.mod", manifest_name="go.mod",
+)  # fmt: skip
 
 
 def _retracted(version: str, retracts: list[tuple[str, str, str]]) -> str | None:
@@ -157,26 +150,23 @@ async def resolve(
 
 
 class Go(Registry[GoClient]):
-    decl = DECLARATION
+    decl, ecosystem, schema, order = DECLARATION, GO, tables.SCHEMA, tables.GO_ORDER
     language, repository = tables.LANGUAGE, tables.REPOSITORY
-    order = tables.GO_ORDER
-    ecosystem = GO
-    schema = tables.SCHEMA
     lanes_shown = (PROXY, INDEX, ZIP)
-    private: list[str] = []  # noqa: RUF012 -- set per run by `configure`
-    zips: tuple[bool, int] = (False, 0)
-    since: str = ""
-
-    # -- identity ---------------------------------------------------------------------------
+    # the run's settings that decide what is read (`configure`)
+    private: tuple[str, ...] = ()
+    zips, zip_max, since = False, 0, ""
 
     def configure(self, s: Settings) -> None:
         g = s.section(GoSettings)
-        self.private = private_patterns(g.private)
-        self.zips, self.since = (bool(g.zips), int(g.zip_max_mb * 1024 * 1024)), g.since
+        self.private, self.since = tuple(private_patterns(g.private)), g.since
+        self.zips, self.zip_max = bool(g.zips), int(g.zip_max_mb * 1024 * 1024)
+
+    # -- identity: module paths as they are (case-sensitive), canonical versions ----------
 
     def validate_name(self, name: str) -> str:
         check_path(name)
-        if match_private(self.private or private_patterns(""), name):
+        if match_private(list(self.private) or private_patterns(""), name):
             raise InputError(f"{name} is private (--private, GOPRIVATE): never asked of a proxy")
         return name
 
@@ -192,58 +182,48 @@ class Go(Registry[GoClient]):
             raise InputError(f"{name} {version}: not a canonical Go module version (vX.Y.Z)")
         return version
 
-    # -- sources ----------------------------------------------------------------------------
+    # -- sources: the proxy, the feed, the zips ----------------------------------------------
 
     def lanes(self, s: Settings) -> Lanes:
         g = s.section(GoSettings)
-        return Lanes(
-            [
-                Lane(PROXY, g.proxy_url, Rate(g.proxy_rate, g.proxy_burst)),
-                Lane(INDEX, g.index_url, Rate(g.index_rate)),
-                Lane(ZIP, g.proxy_url.rstrip("/") + "/!zip/", Rate(g.zip_rate)),
-            ]
-        )
+        zips = g.proxy_url.rstrip("/") + "/@zip/"  # zips are asked on their lane by name
+        return Lanes([Lane(PROXY, g.proxy_url, Rate(g.proxy_rate)),
+                      Lane(INDEX, g.index_url, Rate(g.index_rate)),
+                      Lane(ZIP, zips, Rate(g.zip_rate))])  # fmt: skip
 
     def client(self, fetcher: Fetcher, s: Settings) -> GoClient:
-        self.configure(s)
         g = s.section(GoSettings)
         return GoClient(fetcher, g.proxy_url, g.index_url)
 
-    async def seed_one(self, client: GoClient, name: str) -> Listing:
-        return (await self._resolve(client, name)).listing()
-
     async def _resolve(
-        self,
-        client: GoClient,
-        name: str,
-        extra: Sequence[str] = (),
-        validators: Validators | None = None,
-    ) -> Module:
+        self, client: GoClient, name: str, extra: Sequence[str] = (), etag: str | None = None
+    ) -> Module | None:
         try:
-            found = await resolve(client, name, extra, validators)
-        except ValueError as exc:  # a go.mod that cannot be read
+            return await resolve(client, name, extra, Validators(etag=etag) if etag else None)
+        except ValueError as exc:  # the latest go.mod cannot be read
             raise UnreadableAnswer(f"{name}: {exc}") from None
-        assert found is not None or validators is not None
-        return found  # type: ignore[return-value]
+
+    async def seed_one(self, client: GoClient, name: str) -> Listing:
+        module = await self._resolve(client, name)
+        assert module is not None  # no validators: no 304
+        return module.listing()
 
     async def collect_one(
         self, client: GoClient, name: str, versions: Sequence[str], context: CollectContext
     ) -> Collected:
-        if match_private(self.private, name):
+        if match_private(list(self.private), name):
             raise SourceFailed(PROXY, UnreadableAnswer(f"{name} is private: not asked"))
         await client.listing(name)  # the module is not there: every event not found
         found: dict[str, tuple[dict[str, Any], str]] = {}
         for version in versions:
             try:
-                answers = await asyncio.gather(
-                    client.info(name, version), client.mod(name, version)
-                )
-                found[version] = answers[0], answers[1]
+                found[version] = await client.info(name, version), await client.mod(name, version)
             except NotFound:
-                continue  # not on the proxy: that version is not found
+                continue  # that version is not on the proxy: not found
             except ValueError as exc:
                 raise SourceFailed(PROXY, UnreadableAnswer(str(exc))) from None
         module = await self._resolve(client, name, [v for v in found if is_pseudo(v)])
+        assert module is not None
         rows = [await self._row(client, module, v, *found[v], context) for v in found]
         client.forget(name)
         # fmt: off
@@ -254,36 +234,27 @@ class Go(Registry[GoClient]):
             "VERSION_COUNT": len(module.versions), "LAST_UPDATED": context.now, **module.product(),
         }
         # fmt: on
-        return Collected(
-            listed={v: module.reason(v) is not None for v in module.versions},
-            rows=(rows, product),
-            problems=module.problems,
-            yanked_rows=sum(1 for row in rows if row["YANKED"]),
-        )
+        listed: dict[Hashable, bool] = {v: module.reason(v) is not None for v in module.versions}
+        yanked = sum(1 for row in rows if row["YANKED"])
+        return Collected(listed, (rows, product), problems=module.problems, yanked_rows=yanked)
 
     async def _row(
-        self,
-        client: GoClient,
-        module: Module,
-        version: str,
-        info: dict[str, Any],
-        text: str,
+        self, client: GoClient, module: Module, version: str, info: dict[str, Any], text: str,
         context: CollectContext,
-    ) -> dict[str, Any]:
-        name = module.name
+    ) -> dict[str, Any]:  # fmt: skip
+        name, why = module.name, module.reason(version)
         try:
             mod = modfile.parse(text, strict=False)
         except ValueError as exc:
             raise SourceFailed(PROXY, UnreadableAnswer(f"{name}@{version} go.mod: {exc}")) from None
         license_text, source = None, None
-        if self.zips[0]:
-            archive = await client.zip(name, version, self.zips[1])
+        if self.zips:  # enrichment: without the zip lane the license is unknown, not "none"
+            archive = await client.zip(name, version, self.zip_max)
             try:
                 license_text, source = zip_licenses(archive, f"{name}@{version}/"), "zip"
             finally:
                 archive.unlink(missing_ok=True)
         standard = context.licenses.standardise(license_text) if context.licenses else None
-        why = module.reason(version)
         requires = [
             {"path": r.path, "version": r.version, "indirect": r.indirect} for r in mod.requires
         ]
@@ -305,57 +276,51 @@ class Go(Registry[GoClient]):
         # fmt: on
 
     def write(self, conn: Connection, db: Database, rows: Sequence[Any]) -> None:
-        version_rows = [row for versions, _product in rows for row in versions]
-        if version_rows:
+        if version_rows := [row for versions, _product in rows for row in versions]:
             self.versions(db).upsert(conn, version_rows)
         self.products(db).upsert(conn, [product for _versions, product in rows])
 
     # -- refresh: the index feed from the cursor in the database ---------------------------
 
     def refresh_targets(self, db: Database, names: Sequence[str]) -> list[RefreshTarget]:
-        with db.reading() as conn:
-            etags: dict[str, Any] = self.products(db).column(conn, "LIST_ETAG")
-        wanted = list(names) if names else sorted(etags)
-        return [RefreshTarget(n, n, (etags.get(n), ())) for n in wanted]
+        etags: dict[str, Any] = db.read(lambda c: self.products(db).column(c, "LIST_ETAG"))
+        return [RefreshTarget(n, n, (etags.get(n), ())) for n in names or sorted(etags)]
 
     async def refresh_plan(
         self, client: GoClient, db: Database, names: Sequence[str]
     ) -> RefreshPlan:
+        """The stored modules the feed names since the cursor (every module it names with
+        --since: a mirror); without a cursor yet, every stored module (a conditional GET) and
+        the cursor starts an hour back (the proxy's clock and ours need not agree)."""
         go_tables = tables.GoTables(db)
         stored = await asyncio.to_thread(go_tables.read_cursor, client.index)
         since, scope = (self.since, "all") if self.since else stored or ("", "stored")
-        if not since:  # no cursor yet: every stored module asked; the cursor starts an hour back
-            start = (datetime.now(UTC) - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        last, pages, seen = since, 0, dict[str, list[str]]()
+        if not since:
+            last = (datetime.now(UTC) - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
             targets = await asyncio.to_thread(self.refresh_targets, db, names)
-            return RefreshPlan(
-                targets,
-                lambda c: go_tables.save_cursor(c, client.index, start, scope),
-                "no feed cursor yet: every stored module asked",
-            )
-        seen: dict[str, list[str]] = {}
-        last, pages = since, 0
-        async for rows in client.feed(since):
-            pages += 1
-            for row in rows:
-                seen.setdefault(row.path, []).append(row.version)
-                last = row.timestamp
-        known = await asyncio.to_thread(db.read, self.products(db).keys)
-        chosen = [
-            p for p in sorted(seen) if (scope == "all" or p in known) and (not names or p in names)
-        ]
-        chosen = [p for p in chosen if not match_private(self.private, p)]
-        targets = [RefreshTarget(p, p, (None, tuple(seen[p]))) for p in chosen]
+        else:
+            async for rows in client.feed(since):
+                pages += 1
+                for row in rows:
+                    seen.setdefault(row.path, []).append(row.version)
+                    last = row.timestamp
+            known = await asyncio.to_thread(db.read, self.products(db).keys)
+            wanted = [p for p in sorted(seen) if scope == "all" or p in known]
+            wanted = [
+                p
+                for p in wanted
+                if (not names or p in names) and not match_private(list(self.private), p)
+            ]
+            targets = [RefreshTarget(p, p, (None, tuple(seen[p]))) for p in wanted]
         note = f"{len(targets)} of {len(seen)} modules in the feed since {since} ({scope})"
-        return RefreshPlan(
-            targets, lambda c: go_tables.save_cursor(c, client.index, last, scope), note, pages
-        )
+        save = lambda c: go_tables.save_cursor(c, client.index, last, scope)  # noqa: E731
+        return RefreshPlan(targets, save, note if since else "no feed cursor yet: all asked", pages)
 
     async def refresh_one(self, client: GoClient, target: RefreshTarget) -> Listing | None:
-        etag, fed = target.stored
-        validators = Validators(etag=etag) if etag and not fed else None
-        module = await self._resolve(client, target.name, fed, validators)
-        # its answers stay kept for the collect that follows (bounded)
-        return None if module is None else module.listing()
+        etag, fed = target.stored  # the feed's versions, or the stored list's ETag
+        module = await self._resolve(client, target.name, fed, None if fed else etag)
+        return None if module is None else module.listing()  # its answers kept for collect
 
     def refresh_extra(self, listing: Listing) -> dict[str, Any]:
         module: Module = listing.state
@@ -378,7 +343,7 @@ class Go(Registry[GoClient]):
 
     def _private(self, lock: LockInput) -> LockInput:
         """Private modules are reported as such, never registered or audited."""
-        private = [pin for pin in lock.pins if match_private(self.private, pin[0])]
+        private = [pin for pin in lock.pins if match_private(list(self.private), pin[0])]
         lock.pins = [pin for pin in lock.pins if pin not in private]
         why = "private (--private, GOPRIVATE): not audited against public data"
         lock.unaudited += [(f"{p} {v}", why) for p, v, _ in private]

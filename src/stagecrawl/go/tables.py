@@ -9,20 +9,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import (
-    Boolean,
-    Column,
-    Connection,
-    DateTime,
-    MetaData,
-    String,
-    Table,
-    Text,
-    and_,
-    bindparam,
-    select,
-    update,
-)
+import sqlalchemy as sa
+from sqlalchemy import Column, Connection, MetaData, Table
 
 from stagecrawl.go.declaration import NAMES
 from stagecrawl.go.versions import sort_key
@@ -39,23 +27,23 @@ GO_ORDER = VersionOrder(key=sort_key, is_prerelease=lambda v: "-" in v.split("+"
 
 def _version_extra(_c: Collations) -> Sequence[Column[Any]]:
     return (
-        Column("RETRACTED", Boolean),  # by the go.mod @latest resolves to (YANKED too)
-        Column("RETRACTED_REASON", Text),  # the retract directive's comment
-        Column("PSEUDO", Boolean),
-        Column("INCOMPATIBLE", Boolean),
-        Column("GO_VERSION", String(32)),  # the go line of this version's go.mod
-        Column("TOOLCHAIN", String(32)),
-        Column("GO_MOD_SYNTHETIC", Boolean),  # no go.mod: the proxy's `module <path>`
-        Column("LICENSE_SOURCE", String(16)),  # "zip" once its LICENSE files were read
+        Column("RETRACTED", sa.Boolean),  # by the go.mod @latest resolves to (YANKED too)
+        Column("RETRACTED_REASON", sa.Text),  # the retract directive's comment
+        Column("PSEUDO", sa.Boolean),
+        Column("INCOMPATIBLE", sa.Boolean),
+        Column("GO_VERSION", sa.String(32)),  # the go line of this version's go.mod
+        Column("TOOLCHAIN", sa.String(32)),
+        Column("GO_MOD_SYNTHETIC", sa.Boolean),  # no go.mod: the proxy's `module <path>`
+        Column("LICENSE_SOURCE", sa.String(16)),  # "zip" once its LICENSE files were read
     )
 
 
 def _product_extra(_c: Collations) -> Sequence[Column[Any]]:
     return (
-        Column("DEPRECATED", Text),  # the `Deprecated:` paragraph of the latest go.mod
-        Column("RETRACTIONS_FROM", String(VERSION_MAX)),  # the go.mod they were read from
+        Column("DEPRECATED", sa.Text),  # the `Deprecated:` paragraph of the latest go.mod
+        Column("RETRACTIONS_FROM", sa.String(VERSION_MAX)),  # the go.mod they were read from
         Column("RETRACTIONS", JsonText),  # [[low, high, rationale], …]
-        Column("LIST_ETAG", String(VALIDATOR_MAX)),  # @v/list's, for a conditional GET
+        Column("LIST_ETAG", sa.String(VALIDATOR_MAX)),  # @v/list's, for a conditional GET
     )
 
 
@@ -64,10 +52,10 @@ def _own_tables(metadata: MetaData, c: Collations) -> Sequence[Table]:
         Table(
             CURSOR,
             metadata,
-            Column("FEED", String(URL_MAX), primary_key=True),
-            Column("SINCE", String(40), nullable=False),  # the last Timestamp, as sent
-            Column("SCOPE", String(16), nullable=False),  # "stored" or "all" (a mirror)
-            Column("LAST_UPDATED", DateTime, nullable=False),
+            Column("FEED", sa.String(URL_MAX), primary_key=True),
+            Column("SINCE", sa.String(40), nullable=False),  # the last Timestamp, as sent
+            Column("SCOPE", sa.String(16), nullable=False),  # "stored" or "all" (a mirror)
+            Column("LAST_UPDATED", sa.DateTime, nullable=False),
             **c.mysql_kw,
         ),
     )
@@ -93,7 +81,9 @@ class GoTables:
         self.db, self.cursor, self.version = db, tables.own[CURSOR], tables.version
 
     def read_cursor(self, feed: str) -> tuple[str, str] | None:
-        query = select(self.cursor.c.SINCE, self.cursor.c.SCOPE).where(self.cursor.c.FEED == feed)
+        query = sa.select(self.cursor.c.SINCE, self.cursor.c.SCOPE).where(
+            self.cursor.c.FEED == feed
+        )
         row = self.db.read(lambda conn: conn.execute(query).first())
         return None if row is None else (str(row[0]), str(row[1]))
 
@@ -112,17 +102,17 @@ class GoTables:
         ]
         if rows:
             conn.execute(
-                update(t)
+                sa.update(t)
                 .where(
-                    and_(
+                    sa.and_(
                         t.c.LANGUAGE == LANGUAGE,
                         t.c.PRODUCT_KEY == key,
-                        t.c.VERSION == bindparam("k_version"),
+                        t.c.VERSION == sa.bindparam("k_version"),
                     )
                 )
                 .values(
-                    RETRACTED=bindparam("RETRACTED"),
-                    RETRACTED_REASON=bindparam("RETRACTED_REASON"),
+                    RETRACTED=sa.bindparam("RETRACTED"),
+                    RETRACTED_REASON=sa.bindparam("RETRACTED_REASON"),
                 ),
                 rows,
             )

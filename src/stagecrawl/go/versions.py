@@ -69,11 +69,6 @@ def is_incompatible(version: str) -> bool:
     return version.endswith("+incompatible")
 
 
-def tier(version: str) -> int:
-    """How `go` ranks a version for @latest: 0 a release, 1 a pre-release, 2 a pseudo."""
-    return 2 if is_pseudo(version) else 1 if is_prerelease(version) else 0
-
-
 def go_tag_semver(tag: str) -> str | None:
     """A Go release as OSV's stdlib entries spell it: go1.21.3 → 1.21.3, go1.21rc2 →
     1.21.0-rc.2, 1.13 → 1.13.0 (golang/vuln's GoTagToSemver; a go line has no `go`)."""
