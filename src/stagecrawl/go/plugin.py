@@ -97,10 +97,11 @@ class Module:
                 "RETRACTIONS": retractions, "LIST_ETAG": self.etag}  # fmt: skip
 
 
+HasGoMod = Callable[[str], Awaitable[bool]]
+
+
 async def _pick(
-    versions: Sequence[str],
-    allowed: Callable[[str], bool],
-    has_go_mod: Callable[[str], Awaitable[bool]],
+    versions: Sequence[str], allowed: Callable[[str], bool], has_go_mod: HasGoMod
 ) -> str | None:
     """@latest as cmd/go's queryProxy picks it: the highest release, else the highest
     pre-release (+incompatible ones only while the highest compatible version has no go.mod:
