@@ -102,3 +102,28 @@ def test_private_modules_are_never_asked(origin: GoOrigin, tmp_path: Path) -> No
                       env={"GOPRIVATE": "example.com/low*"})  # fmt: skip
     assert done.returncode == 2 and "private" in done.stderr and done.stderr.count("\n") == 1
     assert origin.log == []
+
+
+def test_the_zip_lane_gives_licenses_and_their_policy(origin: GoOrigin, tmp_path: Path) -> None:
+    db = tmp_path / "z.db"
+    url = f"sqlite:///{db}"
+    origin.module(world.LEGACY).license = "Apache License\nVersion 2.0, January 2004\n"  # no text
+    args = ["--db", url, *world.urls(origin), "--zips", "1"]
+    done = stagecrawl("go", "crawl", world.LOWER, world.LEGACY, *args)
+    assert done.returncode == 0, done.stderr
+    columns = "PRODUCT_KEY, VERSION, LICENSE, LICENSE_EXPRESSION, LICENSE_SOURCE"
+    found = {
+        (key, version): tuple(rest)
+        for key, version, *rest in rows(db, f"SELECT {columns} FROM TB_COMP_LIB_VERSION_GOLANG")
+    }
+    assert found[(world.LOWER, "v0.2.0")] == ("MIT", "MIT", "zip")
+    # a zip read whose LICENSE is not a license text: none found, and said to be from the zip
+    assert found[(world.LEGACY, "v1.0.0")] == (None, None, "zip")
+    assert [r for r in origin.log if r.path.endswith(".zip")]
+    check = stagecrawl("go", "licenses", "check", "--allow", "Apache-2.0", "--db", url,
+                       "--format", "json")  # fmt: skip
+    assert check.returncode == 1 and world.LOWER in check.stdout
+    # a zip over the cap fails that module (on the retry ladder), never the run
+    small = stagecrawl("go", "crawl", world.OLDSTYLE, "--db", f"sqlite:///{tmp_path / 's.db'}",
+                       *world.urls(origin), "--zips", "1", "--zip-max-mb", "0.0001")  # fmt: skip
+    assert small.returncode == 1 and "Traceback" not in small.stderr
