@@ -200,3 +200,21 @@ def test_stagecrawl_audit_dir_includes_go_mod(vulns_db: str, tmp_path: Path) -> 
     done = stagecrawl("audit", str(project), "--db", vulns_db, "--format", "json")
     assert done.returncode == 1, done.stderr
     assert "GO-2022-0635" in done.stdout
+
+
+def test_sarif_points_at_the_require_line_and_the_purl_is_golang(
+    vulns_db: str, tmp_path: Path
+) -> None:
+    gomod = tmp_path / "go.mod"
+    gomod.write_text("module example.com/p\n\ngo 1.22.1\n\nrequire (\n"
+                     "\tgithub.com/aws/aws-sdk-go v1.55.8\n)\n")  # fmt: skip
+    done = stagecrawl("go", "audit", "--lockfile", str(gomod), "--db", vulns_db,
+                      "--format", "sarif", "--sarif-root", str(tmp_path))  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    results = json.loads(done.stdout)["runs"][0]["results"]
+    aws = [r for r in results if "GO-2022-0635" in json.dumps(r)]
+    region = aws[0]["locations"][0]["physicalLocation"]
+    assert region["artifactLocation"]["uri"] == "go.mod" and region["region"]["startLine"] == 6
+    bom = stagecrawl("go", "audit", "--lockfile", str(gomod), "--db", vulns_db,
+                     "--format", "cyclonedx")  # fmt: skip
+    assert "pkg:golang/github.com/aws/aws-sdk-go@v1.55.8" in bom.stdout
