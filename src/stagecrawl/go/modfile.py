@@ -73,29 +73,50 @@ class ModFile:
 
 
 _TOKEN = re.compile(
-    r"(?P<space>[ \t\r]+)|(?P<comment>//[^\n]*(?:\n|$))|(?P<bad>/\*)|(?P<punct>[\n()\[\]{},])"
-    r'|(?P<string>"(?:[^"\\\n]|\\.)*"|`[^`\n]*`)|(?P<ident>(?:(?!//|/\*)[^\s()\[\]{},"`])+)'
+    r"(?P<space>[ \t\r]+)|(?P<comment>//.*)|(?P<bad>/\*)|(?P<punct>[()\[\]{},])"
+    r'|(?P<string>"(?:[^"\\]|\\.)*"|`[^`]*`)|(?P<ident>(?:(?!//|/\*)[^\s()\[\]{},"`])+)'
 )
+_WORDS = re.compile(r"[()\[\]{},]|[^\s()\[\]{},]+")
 
 
 def _tokens(text: str) -> list[tuple[str, str, int]]:
-    """read.go's readToken: (kind, text, line), kind a punctuation character, "s" a string,
-    "i" an identifier, "c" a comment alone on its line or "e" one after tokens (each comment
-    with its newline)."""
+    """read.go's readToken: (kind, text, line), kind a punctuation character or newline, "s" a
+    string, "i" an identifier, "c" a comment alone on its line or "e" one after tokens (each
+    comment ends its line). A line without quotes is split at once (most of a go.mod); one
+    with quotes is scanned token by token."""
     out: list[tuple[str, str, int]] = []
-    pos, line = 0, 1
-    while pos < len(text):
-        match = _TOKEN.match(text, pos)
-        kind = (match.lastgroup if match else None) or "bad"
-        if kind == "bad" or match is None or (not match[0].isprintable() and kind == "ident"):
-            what = "/* */ comments (mod files use //)" if kind == "bad" else repr(text[pos])
-            raise ValueError(f"{line}: unexpected input: {what}, or an unterminated string")
-        if kind == "comment":
-            alone = not text[text.rfind("\n", 0, pos) + 1 : pos].strip()
-            out.append(("c" if alone else "e", match[0].rstrip("\r\n"), line))
-        elif kind != "space":
-            out.append((match[0] if kind == "punct" else kind[0], match[0], line))
-        line, pos = line + match[0].count("\n"), match.end()
+    lines = text.split("\n")
+    for number, line in enumerate(lines, start=1):
+        start = len(out)
+        if '"' in line or "`" in line or "/*" in line:
+            pos = 0
+            while pos < len(line):
+                match = _TOKEN.match(line, pos)
+                kind = (match.lastgroup if match else None) or "bad"
+                if kind == "bad" or match is None:
+                    what = "/* */ comments" if kind == "bad" else repr(line[pos])
+                    raise ValueError(
+                        f"{number}: unexpected input: {what}, or an unterminated string"
+                    )
+                if kind == "comment":
+                    out.append(("e" if len(out) > start else "c", match[0].rstrip("\r"), number))
+                elif kind != "space":
+                    out.append((match[0] if kind == "punct" else kind[0], match[0], number))
+                pos = match.end()
+        else:
+            code, slashes, comment = line.partition("//")
+            if not code.replace("\t", "").replace("\r", "").isprintable():
+                raise ValueError(f"{number}: unexpected input character in {code.strip()!r}")
+            out += [
+                (w if len(w) == 1 and w in "()[]{}," else "i", w, number)
+                for w in _WORDS.findall(code)
+            ]
+            if slashes:
+                kind = "e" if len(out) > start else "c"
+                out.append((kind, (slashes + comment).rstrip("\r"), number))
+        ends_in_comment = len(out) > start and out[-1][0] in "ce"  # a comment ends its line
+        if number < len(lines) and not ends_in_comment:
+            out.append(("\n", "\n", number))
     return out
 
 
@@ -162,10 +183,14 @@ def _syntax(text: str) -> list[Line | Block]:
 
 
 def _unquote(token: str) -> str:
-    if token.startswith("`"):
+    if token[0] == "`":
         return token[1:-1]
+    if token[0] != '"':
+        if "'" in token:
+            raise ValueError(f"unquoted string cannot contain quote: {token}")
+        return token
     try:
-        return str(json.loads(token)) if token.startswith('"') else token
+        return str(json.loads(token))
     except ValueError:
         raise ValueError(f"invalid quoted string {token}") from None
 
