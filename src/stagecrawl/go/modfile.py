@@ -79,107 +79,59 @@ _TOKEN = re.compile(
 _WORDS = re.compile(r"[()\[\]{},]|[^\s()\[\]{},]+")
 
 
-def _tokens(text: str) -> list[tuple[str, str, int]]:
-    """read.go's readToken: (kind, text, line), kind a punctuation character or newline, "s" a
-    string, "i" an identifier, "c" a comment alone on its line or "e" one after tokens (each
-    comment ends its line). A line without quotes is split at once (most of a go.mod); one
-    with quotes is scanned token by token."""
-    out: list[tuple[str, str, int]] = []
-    lines = text.split("\n")
-    for number, line in enumerate(lines, start=1):
-        start = len(out)
-        if '"' in line or "`" in line or "/*" in line:
-            pos = 0
-            while pos < len(line):
-                match = _TOKEN.match(line, pos)
-                kind = (match.lastgroup if match else None) or "bad"
-                if kind == "bad" or match is None:
-                    what = "/* */ comments" if kind == "bad" else repr(line[pos])
-                    raise ValueError(
-                        f"{number}: unexpected input: {what}, or an unterminated string"
-                    )
-                if kind == "comment":
-                    out.append(("e" if len(out) > start else "c", match[0].rstrip("\r"), number))
-                elif kind != "space":
-                    out.append((match[0] if kind == "punct" else kind[0], match[0], number))
-                pos = match.end()
-        else:
-            code, slashes, comment = line.partition("//")
-            if not code.replace("\t", "").replace("\r", "").isprintable():
-                raise ValueError(f"{number}: unexpected input character in {code.strip()!r}")
-            out += [
-                (w if len(w) == 1 and w in "()[]{}," else "i", w, number)
-                for w in _WORDS.findall(code)
-            ]
-            if slashes:
-                kind = "e" if len(out) > start else "c"
-                out.append((kind, (slashes + comment).rstrip("\r"), number))
-        ends_in_comment = len(out) > start and out[-1][0] in "ce"  # a comment ends its line
-        if number < len(lines) and not ends_in_comment:
-            out.append(("\n", "\n", number))
-    return out
+def _split(line: str, number: int) -> tuple[list[str], str]:
+    """read.go's readToken over one line: its tokens and its `//` comment ("" for none). A
+    line without quotes is split at once (most of a go.mod); one with quotes is scanned."""
+    if '"' not in line and "`" not in line and "/*" not in line:
+        code, slashes, comment = line.partition("//")
+        if not code.replace("\t", "").replace("\r", "").isprintable():
+            raise ValueError(f"{number}: unexpected input character in {code.strip()!r}")
+        return _WORDS.findall(code), (slashes + comment).rstrip("\r")
+    words: list[str] = []
+    pos = 0
+    while pos < len(line):
+        match = _TOKEN.match(line, pos)
+        kind = (match.lastgroup if match else None) or "bad"
+        if kind == "bad" or match is None:
+            what = "/* */ comments" if kind == "bad" else repr(line[pos])
+            raise ValueError(f"{number}: unexpected input: {what}, or an unterminated string")
+        if kind == "comment":
+            return words, match[0].rstrip("\r")
+        if kind != "space":
+            words.append(match[0])
+        pos = match.end()
+    return words, ""
 
 
 def _syntax(text: str) -> list[Line | Block]:
-    """read.go's parseFile, parseStmt and parseLineBlock, comments attached."""
-    toks, i = _tokens(text), 0
-    stmts_: list[Line | Block] = []
-    pending: list[str] = []  # a comment block right above the next statement
-
-    def line_at(start: int) -> tuple[Line, int]:
-        j, words = start, []
-        while j < len(toks) and toks[j][0] not in "\nce":
-            words.append(toks[j][1])
-            j += 1
-        found = Line(words, toks[start][2])
-        if j < len(toks) and toks[j][0] == "e":
-            found.suffix.append(toks[j][1])
-        return found, j + 1
-
-    while i < len(toks):
-        kind = toks[i][0]
-        if kind == "\n":
-            pending, i = [], i + 1
-        elif kind in "ce":
-            pending.append(toks[i][1])
-            i += 1
+    """read.go's parseFile and parseLineBlock: statements and blocks, comments attached (the
+    comment lines right above, a blank line detaching them; the comment on the line)."""
+    stmts: list[Line | Block] = []
+    pending: list[str] = []  # the comment lines right above the next statement
+    lines = ((*_split(line, n), n) for n, line in enumerate(text.split("\n"), start=1))
+    for words, comment, number in lines:
+        if not words:
+            pending = [*pending, comment] if comment else []
+            continue
+        line, pending = Line(words, number, pending, [comment] if comment else []), []
+        if words[-1] != "(":
+            stmts.append(Block(words[:-2], [], line.before) if words[-2:] == ["(", ")"] else line)
+            continue
+        block, inside = Block(words[:-1], [], line.before), list[str]()  # after "(": not its
+        for words, comment, number in lines:
+            if words[:1] == [")"]:
+                if len(words) > 1:
+                    raise ValueError(f"{number}: syntax error (expected newline after ')')")
+                break
+            if words:
+                block.lines.append(Line(words, number, inside, [comment] if comment else []))
+                inside = []
+            elif comment or (inside[-1:] != [""] and (inside or block.lines)):
+                inside.append(comment)  # "": a blank line, kept as read.go keeps it
         else:
-            first, after = line_at(i)
-            if first.tokens[-1:] == ["("] and toks[after - 1][0] in "\ne":
-                block, i = Block(first.tokens[:-1], [], pending), after
-                comments: list[str] = []
-                while True:
-                    if i >= len(toks):
-                        raise ValueError(f"{first.number}: syntax error (unterminated block)")
-                    kind = toks[i][0]
-                    if kind == ")":
-                        i += 1
-                        if i < len(toks) and toks[i][0] not in "\ne":
-                            raise ValueError(f"{toks[i][2]}: expected newline after ')'")
-                        i += 1
-                        break
-                    if kind == "\n":
-                        if comments[-1:] != [""] and (comments or block.lines):
-                            comments.append("")
-                        i += 1
-                    elif kind in "ce":
-                        comments.append(toks[i][1])
-                        i += 1
-                    else:
-                        inner, i = line_at(i)
-                        inner.before, comments = comments, []
-                        block.lines.append(inner)
-                stmts_.append(block)
-            else:
-                if first.tokens[-2:] == ["(", ")"]:
-                    first.tokens = first.tokens[:-2]
-                    stmts_.append(Block(first.tokens, [], pending))
-                else:
-                    first.before = pending
-                    stmts_.append(first)
-                i = after
-            pending = []
-    return stmts_
+            raise ValueError(f"{line.number}: syntax error (unterminated block)")
+        stmts.append(block)
+    return stmts
 
 
 def _unquote(token: str) -> str:
