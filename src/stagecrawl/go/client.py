@@ -6,15 +6,13 @@ fetches an uncached module for us (it answers 404/410: not there), and the feed'
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import tempfile
 from collections import OrderedDict
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import quote
 
 from stagecrawl.engine.fetcher import Fetcher, FetchResult, Validators
@@ -26,8 +24,7 @@ FEED_PAGE = 2000  # the feed's largest page
 CACHED = 4096  # answers a crawl's seeder keeps for its collector (a bound, not a cache policy)
 
 
-@dataclass(frozen=True)
-class FeedRow:
+class FeedRow(NamedTuple):
     path: str
     version: str
     timestamp: str
@@ -117,7 +114,7 @@ class GoClient:
         try:
             await self.fetcher.download(url, Path(name), max_bytes, lane=ZIP)
         except BaseException:
-            await asyncio.to_thread(os.unlink, name)
+            Path(name).unlink(missing_ok=True)
             raise
         return Path(name)
 
@@ -130,20 +127,18 @@ class GoClient:
             url = f"{self.index}?since={quote(since, safe=':')}&limit={self.page}"
             result = await self.fetcher.get(url, lane=INDEX, allow_empty=True)
             rows: list[FeedRow] = []
-            fresh: set[tuple[str, str]] = set()
             for number, line in enumerate(result.text.splitlines(), start=1):
-                if not line.strip():
-                    continue
                 try:
-                    item = json.loads(line)
-                    row = FeedRow(str(item["Path"]), str(item["Version"]), str(item["Timestamp"]))
+                    item = json.loads(line) if line.strip() else None
+                    if item is not None:
+                        rows.append(
+                            FeedRow(*(str(item[k]) for k in ("Path", "Version", "Timestamp")))
+                        )
                 except (ValueError, KeyError, TypeError):
                     raise ValueError(f"index feed line {number} is not a JSON row") from None
-                fresh.add((row.path, row.version))
-                if (row.path, row.version) not in seen:
-                    rows.append(row)
-                last = row.timestamp
-            yield rows
+            fresh = {(row.path, row.version) for row in rows}
+            last = rows[-1].timestamp if rows else last
+            yield [row for row in rows if (row.path, row.version) not in seen]
             if len(fresh) < self.page or last == since:  # a page of one instant: no progress
                 return
             seen, since = fresh, last

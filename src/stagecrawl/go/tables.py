@@ -6,7 +6,7 @@ index feed's cursor (TB_COMP_LIB_GOLANG_INDEX_CURSOR), written only with the wor
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -81,38 +81,24 @@ class GoTables:
         self.db, self.cursor, self.version = db, tables.own[CURSOR], tables.version
 
     def read_cursor(self, feed: str) -> tuple[str, str] | None:
-        query = sa.select(self.cursor.c.SINCE, self.cursor.c.SCOPE).where(
-            self.cursor.c.FEED == feed
+        c = self.cursor.c
+        row = self.db.read(
+            lambda conn: conn.execute(sa.select(c.SINCE, c.SCOPE).where(c.FEED == feed)).first()
         )
-        row = self.db.read(lambda conn: conn.execute(query).first())
         return None if row is None else (str(row[0]), str(row[1]))
 
     def save_cursor(self, conn: Connection, feed: str, since: str, scope: str) -> None:
-        row = {"FEED": feed, "SINCE": since, "SCOPE": scope, "LAST_UPDATED": datetime.now()}
-        upsert(conn, self.cursor, [row])
+        now = datetime.now(UTC).replace(tzinfo=None)
+        upsert(
+            conn, self.cursor, [{"FEED": feed, "SINCE": since, "SCOPE": scope, "LAST_UPDATED": now}]
+        )
 
     def set_retractions(
         self, conn: Connection, key: str, reasons: Mapping[str, str | None]
     ) -> None:
         """RETRACTED and its rationale of a module's stored versions (None: not retracted)."""
-        t = self.version
-        rows = [
-            {"k_version": v, "RETRACTED": why is not None, "RETRACTED_REASON": why}
-            for v, why in reasons.items()
-        ]
-        if rows:
-            conn.execute(
-                sa.update(t)
-                .where(
-                    sa.and_(
-                        t.c.LANGUAGE == LANGUAGE,
-                        t.c.PRODUCT_KEY == key,
-                        t.c.VERSION == sa.bindparam("k_version"),
-                    )
-                )
-                .values(
-                    RETRACTED=sa.bindparam("RETRACTED"),
-                    RETRACTED_REASON=sa.bindparam("RETRACTED_REASON"),
-                ),
-                rows,
-            )
+        t, bind = self.version, sa.bindparam
+        mine = sa.and_(t.c.LANGUAGE == LANGUAGE, t.c.PRODUCT_KEY == key, t.c.VERSION == bind("k"))
+        update = sa.update(t).where(mine).values(RETRACTED=bind("r"), RETRACTED_REASON=bind("why"))
+        if rows := [{"k": v, "r": why is not None, "why": why} for v, why in reasons.items()]:
+            conn.execute(update, rows)
