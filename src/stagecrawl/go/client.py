@@ -1,8 +1,6 @@
-"""The GOPROXY protocol (go.dev/ref/mod) and the index feed on the engine's fetcher, a lane each:
-`$base/$module/@v/list`, `.info`, `.mod` and `.zip` with paths and versions case-encoded under
-any base path (a proxy, Athens, a file tree), `Disable-Module-Fetch: true` so the proxy never
-fetches an uncached module for us (it answers 404/410: not there), and the feed's pages
-(`?since=T&limit=2000`, `since` inclusive: rows deduplicated on path and version)."""
+"""The GOPROXY protocol (go.dev/ref/mod) under any base path, case-encoded, with
+`Disable-Module-Fetch: true` (the proxy never fetches an uncached module for us), and the index
+feed (`since` inclusive: rows deduplicated on path and version), a lane each."""
 
 from __future__ import annotations
 

@@ -11,20 +11,19 @@ from pathlib import Path
 
 from licenseclassifier import identify_license
 
+_SPELLINGS, _ENDS = ("LICENSE", "LICENCE"), ("", ".md", ".markdown", ".txt")
+_OTHER_ENDS = ("-2.0.txt", "-APACHE", "-APACHE-2.0.txt", "-MIT", ".MIT", ".code", ".docs", ".rst")
+# pkgsite's list (internal/licenses): COPYING, LICENSE and MIT-LICENSE with the usual endings,
+# LICENSE's own (-APACHE, .rst …), MIT_LICENSE, UNLICENSE; either spelling of LICENSE
 FILE_NAMES = frozenset(
     name.lower()
     for name in (
-        "COPYING", "COPYING.md", "COPYING.markdown", "COPYING.txt", "LICENCE", "LICENCE.md",
-        "LICENCE.markdown", "LICENCE.txt", "LICENSE", "LICENSE.md", "LICENSE.markdown",
-        "LICENSE.txt", "LICENSE-2.0.txt", "LICENCE-2.0.txt", "LICENSE-APACHE", "LICENCE-APACHE",
-        "LICENSE-APACHE-2.0.txt", "LICENCE-APACHE-2.0.txt", "LICENSE-MIT", "LICENCE-MIT",
-        "LICENSE.MIT", "LICENCE.MIT", "LICENSE.code", "LICENCE.code", "LICENSE.docs",
-        "LICENCE.docs", "LICENSE.rst", "LICENCE.rst", "MIT-LICENSE", "MIT-LICENCE",
-        "MIT-LICENSE.md", "MIT-LICENCE.md", "MIT-LICENSE.markdown", "MIT-LICENCE.markdown",
-        "MIT-LICENSE.txt", "MIT-LICENCE.txt", "MIT_LICENSE", "MIT_LICENCE", "UNLICENSE",
-        "UNLICENCE",
+        *(f"COPYING{end}" for end in _ENDS),
+        *(f"{pre}{s}{end}" for s in _SPELLINGS for pre in ("", "MIT-") for end in _ENDS),
+        *(f"{s}{end}" for s in _SPELLINGS for end in _OTHER_ENDS),
+        *(f"{pre}{s}" for s in _SPELLINGS for pre in ("MIT_", "UN")),
     )
-)  # fmt: skip
+)
 LICENSE_FILE_MAX = 1 << 20  # a larger "LICENSE" is not one
 
 

@@ -1,11 +1,7 @@
-"""A Go project's build list from its files, without a go toolchain (docs/go.md: no MVS over the
-dependencies' go.mod files): go.mod's requires (go >= 1.17: every module that provides a package
-the main module builds, after `go mod tidy`), go.sum beside a go.mod of go < 1.17 (as
-osv-scanner reads it: the highest version of each module it hashes), go.work (each `use`d
-module's go.mod, the workspace's replaces first) and vendor/modules.txt. `replace` and `exclude`
-count from the main module only; a replacement by a local directory is no registry module and
-is neither registered nor audited. The standard library is pinned at the toolchain line's
-version, else the go line's (osv-scalibr's guess)."""
+"""A Go project's build list from its files, without a go toolchain (no MVS: docs/go.md): go.mod
+(go >= 1.17: its requires are the build list), go.sum beside a go.mod of go < 1.17, go.work and
+vendor/modules.txt; replace and exclude of the main module only, a local-path replacement never
+a pin; the standard library at the toolchain line's version, else the go line's."""
 
 from __future__ import annotations
 

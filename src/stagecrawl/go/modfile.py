@@ -1,12 +1,7 @@
 """go.mod and go.work as golang.org/x/mod's modfile reads them (read.go's lexer and comment
-attachment, rule.go's directives): quoted paths and versions, blocks with blank lines,
-`[low, high]` retract intervals, `// indirect`, and a directive's comment — the lines right
-above it (a blank line detaches them) or after it on its line, else its block's — which holds
-a retraction's rationale and the module's `Deprecated:` paragraph (case-sensitive).
-
-`strict` is the main module (every directive kept, an error is an error); otherwise a
-dependency's go.mod: only module, go, toolchain, require and retract are read, and a
-retraction that does not parse is skipped, as cmd/go does."""
+attachment, rule.go's directives), a directive's comment holding a retraction's rationale and
+the module's `Deprecated:` paragraph. `strict`: the main module; otherwise a dependency's
+go.mod, of which cmd/go reads only module, go, toolchain, require and retract."""
 
 from __future__ import annotations
 

@@ -155,26 +155,23 @@ class Go(Registry[GoClient]):
     language, repository = tables.LANGUAGE, tables.REPOSITORY
     lanes_shown = (PROXY, INDEX, ZIP)
     # the run's settings that decide what is read (`configure`)
-    private: tuple[str, ...] = ()
+    private: list[str] = []  # noqa: RUF012 -- a run's, set by `configure`
     zips, zip_max, since = False, 0, ""
 
     def configure(self, s: Settings) -> None:
         g = s.section(GoSettings)
-        self.private, self.since = tuple(private_patterns(g.private)), g.since
+        self.private, self.since = private_patterns(g.private), g.since
         self.zips, self.zip_max = bool(g.zips), int(g.zip_max_mb * 1024 * 1024)
 
     # -- identity: module paths as they are (case-sensitive), canonical versions ----------
 
     def validate_name(self, name: str) -> str:
         check_path(name)
-        if match_private(list(self.private) or private_patterns(""), name):
+        if match_private(self.private or private_patterns(""), name):
             raise InputError(f"{name} is private (--private, GOPRIVATE): never asked of a proxy")
         return name
 
     def identity(self, name: str) -> str:
-        return name
-
-    def product_key(self, name: str) -> str:
         return name
 
     def check_version(self, name: str, version: str) -> str:
@@ -212,7 +209,7 @@ class Go(Registry[GoClient]):
     async def collect_one(
         self, client: GoClient, name: str, versions: Sequence[str], context: CollectContext
     ) -> Collected:
-        if match_private(list(self.private), name):
+        if match_private(self.private, name):
             raise SourceFailed(PROXY, UnreadableAnswer(f"{name} is private: not asked"))
         await client.listing(name)  # the module is not there: every event not found
         found: dict[str, tuple[dict[str, Any], str]] = {}
@@ -223,7 +220,7 @@ class Go(Registry[GoClient]):
                 continue  # that version is not on the proxy: not found
             except ValueError as exc:
                 raise SourceFailed(PROXY, UnreadableAnswer(str(exc))) from None
-        module = await self._resolve(client, name, [v for v in found if is_pseudo(v)])
+        module = await self._resolve(client, name, list(found))  # the proxy answered for them
         assert module is not None
         rows = [await self._row(client, module, v, *found[v], context) for v in found]
         client.forget(name)
@@ -307,13 +304,9 @@ class Go(Registry[GoClient]):
                     seen.setdefault(row.path, []).append(row.version)
                     last = row.timestamp
             known = await asyncio.to_thread(db.read, self.products(db).keys)
-            wanted = [p for p in sorted(seen) if scope == "all" or p in known]
-            wanted = [
-                p
-                for p in wanted
-                if (not names or p in names) and not match_private(list(self.private), p)
-            ]
-            targets = [RefreshTarget(p, p, (None, tuple(seen[p]))) for p in wanted]
+            ours = {p for p in seen if scope == "all" or p in known} & set(names or seen)
+            public = sorted(p for p in ours if not match_private(self.private, p))
+            targets = [RefreshTarget(p, p, (None, tuple(seen[p]))) for p in public]
         note = f"{len(targets)} of {len(seen)} modules in the feed since {since} ({scope})"
         save = lambda c: go_tables.save_cursor(c, client.index, last, scope)  # noqa: E731
         return RefreshPlan(targets, save, note if since else "no feed cursor yet: all asked", pages)
@@ -344,7 +337,7 @@ class Go(Registry[GoClient]):
 
     def _private(self, lock: LockInput) -> LockInput:
         """Private modules are reported as such, never registered or audited."""
-        private = [pin for pin in lock.pins if match_private(list(self.private), pin[0])]
+        private = [pin for pin in lock.pins if match_private(self.private, pin[0])]
         lock.pins = [pin for pin in lock.pins if pin not in private]
         why = "private (--private, GOPRIVATE): not audited against public data"
         lock.unaudited += [(f"{p} {v}", why) for p, v, _ in private]

@@ -1,8 +1,6 @@
-"""Go's module paths and versions as go.dev/ref/mod and golang.org/x/mod define them: semantic
-versions with the `v` (x/mod semver: shorthands `v1`, `v1.2`; build metadata, `+incompatible`
-included, ignored in the order), pseudo-versions (x/mod module/pseudo.go), the `!`-lowercase
-case-encoding of the proxy protocol and the checks of a module path (module.CheckPath).
-Hand-written: no Python package implements x/mod's rules (tests/go checks them)."""
+"""Go's module paths and versions as golang.org/x/mod defines them (semver, module/pseudo.go,
+module.CheckPath, the proxy's `!` case-encoding). Hand-written: no Python package implements
+x/mod's rules; tests/go/test_rules.py checks them against independent sources."""
 
 from __future__ import annotations
 
@@ -93,13 +91,11 @@ def path_problem(path: str) -> str | None:
         return "only ASCII letters, digits and - . _ ~ / are allowed"
     if path.startswith(("-", "/")) or path.endswith("/") or "//" in path:
         return "a leading dash or slash, a trailing slash or a double slash"
-    elements = path.split("/")
-    if "." not in elements[0] or not re.fullmatch(r"[a-z0-9.-]+", elements[0]):
+    first, *_rest = elements = path.split("/")
+    if "." not in first or not re.fullmatch(r"[a-z0-9.-]+", first):
         return "the first element must be a lower-case host name with a dot"
-    for element in elements:
-        if element.startswith(".") or element.endswith(".") or set(element) == {"."}:
-            return f"the path element {element!r} starts or ends with a dot"
-    return None
+    dotted = [e for e in elements if e.startswith(".") or e.endswith(".")]
+    return f"the path element {dotted[0]!r} starts or ends with a dot" if dotted else None
 
 
 def check_path(path: str) -> None:
