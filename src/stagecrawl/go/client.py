@@ -44,7 +44,7 @@ def match_private(patterns: list[str], path: str) -> bool:
 
 def private_patterns(configured: str) -> list[str]:
     """--private (or STAGECRAWL_GO_PRIVATE), GOPRIVATE and GONOPROXY, one list."""
-    texts = [configured, os.environ.get("GOPRIVATE", ""), os.environ.get("GONOPROXY", "")]
+    texts = (configured, os.environ.get("GOPRIVATE", ""), os.environ.get("GONOPROXY", ""))
     return [p for text in texts for p in text.split(",") if p.strip()]
 
 

@@ -19,10 +19,8 @@ STDLIB = "stdlib"
 LOCAL = "replaced by a local directory: not a registry module, not audited"
 
 
-def _go_minor(go: str | None) -> int:
-    """The go line's minor version (1.16 when there is none, as the go command assumes)."""
-    match = re.match(r"1\.(\d+)", go or "1.16")
-    return int(match[1]) if match else 16
+def _go_minor(go: str | None) -> int:  # no go line: 1.16, as the go command assumes
+    return int(match[1]) if (match := re.match(r"1\.(\d+)", go or "1.16")) else 16
 
 
 def _parse(text: str, where: str, work: bool = False) -> modfile.ModFile:

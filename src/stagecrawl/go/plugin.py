@@ -27,7 +27,6 @@ from stagecrawl.go.licenses import zip_licenses
 from stagecrawl.go.versions import (
     GoVersion,
     check_path,
-    is_incompatible,
     is_prerelease,
     is_pseudo,
     is_valid,
@@ -57,20 +56,9 @@ GO = Ecosystem(
 )  # fmt: skip
 
 
-def _retracted(version: str, retracts: list[tuple[str, str, str]]) -> str | None:
-    """The rationale of the first retraction covering `version` (x/mod's semver.Compare:
-    build metadata and +incompatible ignored), None when none does."""
-    key = sort_key(version)
-    for low, high, why in retracts:
-        if sort_key(low) <= key <= sort_key(high):
-            return why
-    return None
-
-
 @dataclass
 class Module:
-    """What one module's proxy answers decide: its versions, what @latest resolves to before
-    retractions (whose go.mod says the retractions and the deprecation) and after."""
+    """A module's versions, @latest before retractions (its go.mod has them) and after."""
 
     name: str
     versions: list[str]
@@ -83,14 +71,19 @@ class Module:
     etag: str | None = None
 
     def reason(self, version: str) -> str | None:
-        return _retracted(version, self.retracts)
+        """The rationale of the first retraction covering `version` (x/mod's semver.Compare:
+        build metadata, +incompatible too, ignored); None: not retracted."""
+        key = sort_key(version)
+        covering = (
+            why for low, high, why in self.retracts if sort_key(low) <= key <= sort_key(high)
+        )
+        return next(covering, None)
 
     def listing(self) -> Listing:
         retracted = {v: self.reason(v) is not None for v in self.versions}
         return Listing(self.name, retracted, self.problems, self)
 
     def product(self) -> dict[str, Any]:
-        """PRODUCT's columns that @latest and its go.mod decide."""
         retractions = json.dumps([list(r) for r in self.retracts]) if self.retracts else None
         return {"LATEST_VERSION": self.latest, "COMP_STATUS": self.status,
                 "DEPRECATED": self.deprecated, "RETRACTIONS_FROM": self.latest_raw,
@@ -109,7 +102,7 @@ async def _pick(
     best: list[str | None] = [None, None]
     compatible, incompatible_ok = None, False
     for v in sorted((v for v in versions if allowed(v) and not is_pseudo(v)), key=sort_key):
-        if not is_incompatible(v):
+        if not v.endswith("+incompatible"):
             compatible = v
         elif not incompatible_ok and compatible is not None:
             if await has_go_mod(compatible):
@@ -163,8 +156,6 @@ class Go(Registry[GoClient]):
         self.private, self.since = private_patterns(g.private), g.since
         self.zips, self.zip_max = bool(g.zips), int(g.zip_max_mb * 1024 * 1024)
 
-    # -- identity: module paths as they are (case-sensitive), canonical versions ----------
-
     def validate_name(self, name: str) -> str:
         check_path(name)
         if match_private(self.private or private_patterns(""), name):
@@ -179,8 +170,6 @@ class Go(Registry[GoClient]):
         if not is_valid(version):
             raise InputError(f"{name} {version}: not a canonical Go module version (vX.Y.Z)")
         return version
-
-    # -- sources: the proxy, the feed, the zips ----------------------------------------------
 
     def lanes(self, s: Settings) -> Lanes:
         g = s.section(GoSettings)
@@ -224,14 +213,12 @@ class Go(Registry[GoClient]):
         assert module is not None
         rows = [await self._row(client, module, v, *found[v], context) for v in found]
         client.forget(name)
-        # fmt: off
         product = {
             "LANGUAGE": self.language, "REPOSITORY": self.repository, "PRODUCT_KEY": name,
             "NAME": name, "DESCRIPTION": None, "URL": f"https://pkg.go.dev/{name}", "SCM": None,
             "KEYWORDS": None, "CATEGORIES": None, "DOWNLOADS": None,
             "VERSION_COUNT": len(module.versions), "LAST_UPDATED": context.now, **module.product(),
-        }
-        # fmt: on
+        }  # fmt: skip
         listed: dict[Hashable, bool] = {v: module.reason(v) is not None for v in module.versions}
         yanked = sum(1 for row in rows if row["YANKED"])
         return Collected(listed, (rows, product), problems=module.problems, yanked_rows=yanked)
@@ -256,7 +243,6 @@ class Go(Registry[GoClient]):
         requires = [
             {"path": r.path, "version": r.version, "indirect": r.indirect} for r in mod.requires
         ]
-        # fmt: off
         return {
             "LANGUAGE": self.language, "REPOSITORY": self.repository, "PRODUCT_KEY": name,
             "VERSION": version, "NAME": name, "DESCRIPTION": None, "LICENSE": license_text,
@@ -267,18 +253,15 @@ class Go(Registry[GoClient]):
             "YANKED": why is not None, "URL": f"https://pkg.go.dev/{name}@{version}", "SCM": None,
             "DOWNLOADS": None, "RELEASE_DATE": parse_time(info.get("Time")), "PROCESSED": 1,
             "LAST_UPDATED": context.now, "RETRACTED": why is not None, "RETRACTED_REASON": why,
-            "PSEUDO": is_pseudo(version), "INCOMPATIBLE": is_incompatible(version),
+            "PSEUDO": is_pseudo(version), "INCOMPATIBLE": version.endswith("+incompatible"),
             "GO_VERSION": mod.go, "TOOLCHAIN": mod.toolchain, "LICENSE_SOURCE": source,
             "GO_MOD_SYNTHETIC": text == f"module {modfile.auto_quote(name)}\n",
-        }
-        # fmt: on
+        }  # fmt: skip
 
     def write(self, conn: Connection, db: Database, rows: Sequence[Any]) -> None:
         if version_rows := [row for versions, _product in rows for row in versions]:
             self.versions(db).upsert(conn, version_rows)
         self.products(db).upsert(conn, [product for _versions, product in rows])
-
-    # -- refresh: the index feed from the cursor in the database ---------------------------
 
     def refresh_targets(self, db: Database, names: Sequence[str]) -> list[RefreshTarget]:
         etags: dict[str, Any] = db.read(lambda c: self.products(db).column(c, "LIST_ETAG"))
@@ -324,8 +307,6 @@ class Go(Registry[GoClient]):
         module: Module = listing.state
         reasons = {v: module.reason(v) for v in module.versions}
         tables.GoTables(db).set_retractions(conn, listing.name, reasons)
-
-    # -- locks and pins ---------------------------------------------------------------------
 
     def read_lock(self, path: Path, text: str) -> LockInput:
         return self._private(locks.read_lock(path, text))

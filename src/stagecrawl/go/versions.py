@@ -63,10 +63,6 @@ def is_prerelease(version: str) -> bool:
     return "-" in version.split("+", 1)[0]
 
 
-def is_incompatible(version: str) -> bool:
-    return version.endswith("+incompatible")
-
-
 def go_tag_semver(tag: str) -> str | None:
     """A Go release as OSV's stdlib entries spell it: go1.21.3 → 1.21.3, go1.21rc2 →
     1.21.0-rc.2, 1.13 → 1.13.0 (golang/vuln's GoTagToSemver; a go line has no `go`)."""
