@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import sqlite3
 import zipfile
 from functools import cache
 from pathlib import Path
@@ -218,3 +219,32 @@ def test_sarif_points_at_the_require_line_and_the_purl_is_golang(
     bom = stagecrawl("go", "audit", "--lockfile", str(gomod), "--db", vulns_db,
                      "--format", "cyclonedx")  # fmt: skip
     assert "pkg:golang/github.com/aws/aws-sdk-go@v1.55.8" in bom.stdout
+
+
+def test_vendor_modules_txt_is_read_with_its_replacements(vulns_db: str, tmp_path: Path) -> None:
+    vendor = need(PROMETHEUS / "v2.20.0" / "vendor" / "modules.txt")
+    lines = [line[2:].split() for line in vendor.read_text().splitlines() if line.startswith("# ")]
+    expected = {(w[-2], w[-1]) if "=>" in w else (w[0], w[1]) for w in lines}
+    db = f"sqlite:///{tmp_path / 'lock.db'}"
+    done = stagecrawl("go", "lock", "--lockfile", str(vendor), "--db", db, "--format", "json")
+    assert done.returncode == 0, done.stderr
+    connection = sqlite3.connect(tmp_path / "lock.db")
+    stored = set(connection.execute("SELECT NAME, VERSION FROM TB_COMP_LIB_GOLANG_LIST"))
+    connection.close()
+    assert stored == expected and ("github.com/simonpasquier/klog-gokit", "v0.1.0") in stored
+
+
+def test_go_work_reads_every_used_module_and_keeps_the_workspace_local(tmp_path: Path) -> None:
+    work = need(PROMETHEUS / "HEAD-d15adb9ad7e5" / "go.work")
+    db = f"sqlite:///{tmp_path / 'work.db'}"
+    done = stagecrawl("go", "lock", "--lockfile", str(work), "--db", db, "--format", "json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)["inputs"][0]
+    local = [n for n in report["not_from_the_registry"] if "workspace" in n]
+    assert len(local) == 5  # the five `use`d modules themselves
+    connection = sqlite3.connect(tmp_path / "work.db")
+    names = {n for (n,) in connection.execute("SELECT DISTINCT NAME FROM TB_COMP_LIB_GOLANG_LIST")}
+    connection.close()
+    compliance = gomod_pins((work.parent / "compliance" / "go.mod").read_text())
+    assert {p for p, _v in compliance} - {"github.com/prometheus/prometheus"} <= names
+    assert "github.com/prometheus/prometheus" not in names
