@@ -248,3 +248,38 @@ def test_go_work_reads_every_used_module_and_keeps_the_workspace_local(tmp_path:
     compliance = gomod_pins((work.parent / "compliance" / "go.mod").read_text())
     assert {p for p, _v in compliance} - {"github.com/prometheus/prometheus"} <= names
     assert "github.com/prometheus/prometheus" not in names
+
+
+def test_lock_reads_a_repositorys_go_mod_at_each_tag(tmp_path: Path) -> None:
+    import subprocess
+
+    repo = tmp_path / "app"
+    repo.mkdir()
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
+                       env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org",
+                            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.org",
+                            "PATH": "/usr/bin:/bin"})  # fmt: skip
+
+    git("init", "-q")
+    for tag, version in (("v1.0.0", "v0.1.0"), ("v1.1.0", "v0.2.0")):
+        (repo / "go.mod").write_text(
+            f"module example.com/app\n\ngo 1.21\n\nrequire example.com/dep {version}\n"
+            "replace example.com/local => ./local\n"
+        )
+        git("add", "go.mod")
+        git("commit", "-qm", tag)
+        git("tag", tag)
+    db = f"sqlite:///{tmp_path / 'tags.db'}"
+    done = stagecrawl("go", "lock", str(repo), "--all-tags", "--db", db,
+                      "--cache-dir", str(tmp_path / "cache"), "--format", "json")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    connection = sqlite3.connect(tmp_path / "tags.db")
+    rows = set(connection.execute("SELECT NAME, VERSION, REF_TAGS FROM TB_COMP_LIB_GOLANG_LIST"))
+    connection.close()
+    assert {(n, v) for n, v, _t in rows} == {
+        ("example.com/dep", "v0.1.0"),
+        ("example.com/dep", "v0.2.0"),
+    }
+    assert any("app@v1.1.0" in tags for _n, _v, tags in rows)
