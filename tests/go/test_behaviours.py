@@ -175,16 +175,19 @@ def test_a_database_outage_is_waited_out(origin: GoOrigin, tmp_path: Path) -> No
         for url in (clean, short):
             assert stagecrawl("go", "seed", *MODULES, "--db", url, *urls(origin)).returncode == 0
         assert stagecrawl("go", "collect", "--db", clean, *urls(origin)).returncode == 0
-        crew = [spawn("go", "collect", "--db", short, *urls(origin, "3"), "--concurrency", "1",
-                      env={"STAGECRAWL_OUTAGE_SECONDS": "60"}) for _ in range(2)]  # fmt: skip
+        crew = [
+            spawn("go", "collect", "--db", short, *urls(origin, "2"), "--concurrency", "1",
+                  env={"STAGECRAWL_OUTAGE_SECONDS": "60"})
+            for _ in range(2)
+        ]  # fmt: skip
         wait_for_crew(lambda: running(short, crew), "every worker", crew)
-        time.sleep(2)
         server.stop()
         time.sleep(8)
         server.start()
         for code, err in finish(crew, 240):
             assert code == 0, err
             no_stray_output(err)
+            assert "trying again for up to 60s" in err, err  # each worker saw the outage
         assert dump(short) == dump(clean)
 
 
