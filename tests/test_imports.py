@@ -19,7 +19,7 @@ from tests.queue.status_rows import fill_for_status
 
 SOURCE = Path(__file__).resolve().parent.parent / "src" / "stagecrawl"
 CORE = {"engine", "queue", "storage", "sca", "kernel"}
-REGISTRIES = {"crates", "pypi"}
+REGISTRIES = {"crates", "pypi", "go"}
 REGISTRIES_AND_PIPELINES = {*REGISTRIES, "aircraft", "cli", "demo", "registries"}
 # Cycles known and not yet removed, each with its reason. Listed so the test stays red for any
 # new one; the test also fails once a listed cycle is gone, so the list only shrinks.
@@ -116,6 +116,7 @@ WRITERS = {
     "stagecrawl.sca.reference",
     "stagecrawl.crates.tables",
     "stagecrawl.pypi.tables",
+    "stagecrawl.go.tables",
 }
 SQL_WRITES = {"insert", "update", "delete"}
 
@@ -193,6 +194,7 @@ PIPELINES = (
     "aiohttp",
     "stagecrawl.crates.plugin",
     "stagecrawl.pypi.plugin",
+    "stagecrawl.go.plugin",
     "stagecrawl.kernel.registry",
     "stagecrawl.sca.audit",
 )
@@ -200,6 +202,7 @@ NOT_IMPORTED: dict[str, tuple[str, ...]] = {
     "--help": (*PIPELINES, "sqlalchemy", "asyncio", "pydantic"),
     "crates --help": (*PIPELINES, "sqlalchemy", "stagecrawl.storage.db"),
     "pypi --help": (*PIPELINES, "sqlalchemy", "stagecrawl.storage.db"),
+    "go --help": (*PIPELINES, "sqlalchemy", "stagecrawl.storage.db", "licenseclassifier"),
     "aircraft --help": (*PIPELINES, "stagecrawl.aircraft.run", "stagecrawl.engine.frontier"),
     # status on SQLite (the default database, with rows on every part it shows) reads with
     # the standard library's sqlite3: no SQL toolkit, no event loop (storage/reads.py)

@@ -10,13 +10,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from stagecrawl.crates.declaration import DECLARATION as CRATES
+from stagecrawl.go.declaration import DECLARATION as GO
 from stagecrawl.kernel.declaration import RegistryDecl
 from stagecrawl.pypi.declaration import DECLARATION as PYPI
 
 if TYPE_CHECKING:
     from stagecrawl.kernel.registry import Registry
 
-DECLARATIONS: tuple[RegistryDecl, ...] = (CRATES, PYPI)
+DECLARATIONS: tuple[RegistryDecl, ...] = (CRATES, PYPI, GO)
 BY_CLI = {decl.cli: decl for decl in DECLARATIONS}
 
 

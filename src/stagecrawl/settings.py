@@ -98,6 +98,9 @@ class Section:
 
     KEY: ClassVar[str] = ""
     ENV_PREFIX: ClassVar[str] = ""
+    # Fields that are no lane's and that every command of the registry offers as a flag
+    # (Go's --private): the lane filter of a command's flags leaves the others out.
+    EVERY_COMMAND: ClassVar[tuple[str, ...]] = ()
 
 
 S = TypeVar("S", bound=Section)

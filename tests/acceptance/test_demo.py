@@ -13,7 +13,16 @@ from pathlib import Path
 from tests.acceptance.conftest import stagecrawl
 from tests.cli import cli_env
 
-STEPS = ("1. seed", "2. lock", "3. collect", "4. licenses", "5. vulns", "5b. pypi", "6. aircraft")
+STEPS = (
+    "1. seed",
+    "2. lock",
+    "3. collect",
+    "4. licenses",
+    "5. vulns",
+    "5b. pypi",
+    "5c. go",
+    "6. aircraft",
+)
 
 
 def as_printed(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -47,7 +56,7 @@ def test_demo_runs_the_whole_pipeline_offline(tmp_path: Path) -> None:
     story = [line for line in done.stdout.splitlines() if line.startswith(STEPS)]
     assert {step for step in STEPS if any(line.startswith(step) for line in story)} == set(STEPS)
     assert not [line for line in story if line in done.stderr]
-    assert done.stdout.count("429s seen: 0") == 2  # crates and PyPI
+    assert done.stdout.count("429s seen: 0") == 3  # crates, PyPI and Go
     db = sqlite3.connect(out / "stagecrawl.db")
     versions = db.execute("SELECT COUNT(*) FROM TB_COMP_LIB_VERSION_RUST").fetchone()[0]
     hits = db.execute("SELECT COUNT(*) FROM TB_COMP_LIB_VULN_CARGO_HIT").fetchone()[0]
@@ -59,12 +68,17 @@ def test_demo_runs_the_whole_pipeline_offline(tmp_path: Path) -> None:
     pypi = db.execute("SELECT COUNT(*) FROM TB_COMP_LIB_VERSION_PYPI").fetchone()[0]
     pypi_hits = db.execute("SELECT COUNT(*) FROM TB_COMP_LIB_VULN_PYPI_HIT").fetchone()[0]
     assert pypi > 40 and pypi_hits > 0 and "4 vulnerabilities" in done.stdout
+    go = db.execute("SELECT COUNT(*) FROM TB_COMP_LIB_VERSION_GOLANG WHERE RETRACTED = 1")
+    assert go.fetchone()[0] == 1 and "1 not audited (a local replace)" in done.stdout
     # everything it crawled is made up, and says so
     names = {n for (n,) in db.execute("SELECT PRODUCT_KEY FROM TB_COMP_LIB_PRODUCT_RUST")}
     names |= {n for (n,) in db.execute("SELECT PRODUCT_KEY FROM TB_COMP_LIB_PRODUCT_PYPI")}
     assert names and all(n.startswith("demo") for n in names)
+    go_names = {n for (n,) in db.execute("SELECT PRODUCT_KEY FROM TB_COMP_LIB_PRODUCT_GOLANG")}
+    assert go_names and all(n.startswith("example.com/") for n in go_names)  # a made-up host
     advisories = db.execute("SELECT OSV_ID FROM TB_COMP_LIB_VULN_CARGO_RAW").fetchall()
     advisories += db.execute("SELECT OSV_ID FROM TB_COMP_LIB_VULN_PYPI_RAW").fetchall()
+    advisories += db.execute("SELECT OSV_ID FROM TB_COMP_LIB_VULN_GOLANG_RAW").fetchall()
     assert advisories and all(i.startswith("DEMO-2026-") for (i,) in advisories)
     db.close()
     specs = json.loads((out / "aircraft" / "specs.json").read_text())
@@ -75,6 +89,7 @@ def test_demo_runs_the_whole_pipeline_offline(tmp_path: Path) -> None:
     commands = [c for c in commands if c.startswith(("stagecrawl ", "sqlite3 "))]
     assert any(c.startswith("stagecrawl crates audit") for c in commands)
     assert any(c.startswith("stagecrawl pypi audit") for c in commands)
+    assert any(c.startswith("stagecrawl go audit") for c in commands)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     for command in commands:
@@ -87,7 +102,7 @@ def test_demo_runs_the_whole_pipeline_offline(tmp_path: Path) -> None:
         else:
             assert ran.returncode == 0 and ran.stdout, (command, ran.stderr)
         if command.startswith("stagecrawl status"):
-            assert "collected" in ran.stdout and "PyPI" in ran.stdout
+            assert "collected" in ran.stdout and "PyPI" in ran.stdout and "Go" in ran.stdout
     # or, as the status hint says, from the demo's folder without --db
     status = as_printed("stagecrawl status", out)
     assert status.returncode == 0 and "PyPI" in status.stdout, status.stderr

@@ -25,6 +25,10 @@ LAZY: dict[str, tuple[str, str] | tuple[str, str, str]] = {
         "stagecrawl.cli.pypi:app",
         "The PyPI pipeline: seed, collect, crawl, lock, audit…",
     ),
+    "go": (
+        "stagecrawl.cli.go:app",
+        "The Go modules pipeline: seed, collect, crawl, lock, audit…",
+    ),
     "aircraft": ("stagecrawl.cli.aircraft:app", "Aircraft data from Wikidata (CC0)."),
     "status": (
         "stagecrawl.cli.status:status",

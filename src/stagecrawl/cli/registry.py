@@ -104,6 +104,7 @@ def section_params(decl: RegistryDecl, lanes: Sequence[str] | None = None) -> li
         for name in [row.name.removeprefix(prefix)]
         if lanes is None
         or name.endswith("_url")
+        or name in decl.section.EVERY_COMMAND
         or name.startswith(tuple(f"{lane}_" for lane in lanes))
     ]
 
@@ -232,14 +233,18 @@ NETWORK = ("db", "contact", "concurrency", "redis_url", "grace_period")
 COLLECTING = (*NETWORK, "lease_seconds", "ai_license_url", "ai_rate")
 
 
-def load(decl: RegistryDecl) -> Registry[Any]:
-    """The registry's work, and every registry's tables declared (a command's database holds
-    them all, as `status` shows)."""
+def load(decl: RegistryDecl, s: Settings | None = None) -> Registry[Any]:
+    """The registry's work (configured with the run's settings: names are checked against
+    them), and every registry's tables declared (a command's database holds them all, as
+    `status` shows)."""
     from stagecrawl.kernel.registry import load as load_registry
     from stagecrawl.registries import declare_tables
 
     declare_tables()
-    return load_registry(decl)
+    registry = load_registry(decl)
+    if s is not None:
+        registry.configure(s)
+    return registry
 
 
 def settings(decl: RegistryDecl, options: Options) -> Settings:
@@ -281,7 +286,7 @@ def add_collect_commands(app: typer.Typer, decl: RegistryDecl) -> None:
 
     def crawl(options: Options, names: bool, collect: bool) -> None:
         s = settings(decl, options)
-        registry = load(decl)
+        registry = load(decl, s)
         fmt = options["fmt"]
         wanted = (
             guarded(lambda: gather_names(decl, registry, options["names"], options["seeds_file"]))
@@ -335,7 +340,7 @@ def add_collect_commands(app: typer.Typer, decl: RegistryDecl) -> None:
 
     def refresh(options: Options) -> None:
         s = settings(decl, options)
-        registry = load(decl)
+        registry = load(decl, s)
         fmt = options["fmt"]
         wanted = guarded(lambda: [registry.validate_name(n) for n in options["names"] or []])
 
@@ -382,7 +387,7 @@ def add_lock_command(
 
     def lock(options: Options) -> None:
         s = settings(decl, options)
-        registry = load(decl)
+        registry = load(decl, s)
 
         async def body(stop: GracefulStop) -> int:
             from stagecrawl.cli.render import render_lock
@@ -453,7 +458,7 @@ def add_sca_commands(app: typer.Typer, decl: RegistryDecl, resolve: Sequence[Par
 
     def vulns(options: Options) -> None:
         s = settings(decl, options)
-        registry = load(decl)
+        registry = load(decl, s)
 
         async def body(stop: GracefulStop) -> int:
             from stagecrawl.cli.render import vulns_text
@@ -544,7 +549,7 @@ def add_sca_commands(app: typer.Typer, decl: RegistryDecl, resolve: Sequence[Par
 
     def audit(options: Options) -> None:
         s = settings(decl, options)
-        registry = load(decl)
+        registry = load(decl, s)
 
         async def body(stop: GracefulStop) -> int:
             from stagecrawl.cli.render import audit_text, print_notes
@@ -585,7 +590,7 @@ def add_sca_commands(app: typer.Typer, decl: RegistryDecl, resolve: Sequence[Par
 
     def check(options: Options) -> None:
         s = settings(decl, options)
-        registry = load(decl)
+        registry = load(decl, s)
 
         async def body(stop: GracefulStop) -> int:
             from stagecrawl.cli.render import license_text, print_notes
@@ -640,7 +645,7 @@ def add_sca_commands(app: typer.Typer, decl: RegistryDecl, resolve: Sequence[Par
 
     def backfill(options: Options) -> None:
         s = settings(decl, options)
-        registry = load(decl)
+        registry = load(decl, s)
 
         async def body(stop: GracefulStop) -> int:
             from stagecrawl.cli.render import render_backfill

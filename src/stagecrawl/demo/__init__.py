@@ -21,6 +21,7 @@ from rich.console import Console
 from stagecrawl.aircraft.run import AircraftConfig, run_aircraft
 from stagecrawl.crates.plugin import REGISTRY as CRATES
 from stagecrawl.demo.advisories import CRATES_ADVISORIES, osv_zip
+from stagecrawl.demo.go import run_go
 from stagecrawl.demo.pypi import run_pypi
 from stagecrawl.demo.registry import build_mirror
 from stagecrawl.demo.wikidata import install
@@ -269,6 +270,7 @@ async def run_demo(
     if stop.requested:
         return stop.exit_code
     story.print(f"5b. pypi: {await run_pypi(db, out, progress, quiet, stop)}")
+    story.print(f"5c. go: {await run_go(db, out, progress, quiet, stop)}")
     with TestOrigin() as wikidata:
         install(wikidata)
         flags = {
@@ -298,6 +300,7 @@ async def run_demo(
                 "demo repository": str(out / "demo-app"),
                 "advisories (made up)": str(out / "advisories"),
                 "PyPI lock audited": str(out / "requirements.txt"),
+                "Go module audited": str(out / "go-app" / "go.mod"),
                 "aircraft stores": str(out / "aircraft"),
             },
         )
@@ -321,7 +324,7 @@ def hints(out: Path, db_path: Path) -> list[str]:
     sqlite = f"sqlite3 {quoted(str(db_path))}"
     lines = [
         "Try:",
-        "  # the queues, ladders and totals of both registries (or: "
+        "  # the queues, ladders and totals of every registry (or: "
         f"cd {quoted(str(out))} && stagecrawl status)",
         f"  stagecrawl status {db}",
     ]
@@ -342,5 +345,7 @@ def hints(out: Path, db_path: Path) -> list[str]:
         f"  {sqlite} {quoted(PYPI_QUERY)}",
         "  # PyPI: the requirements.txt the demo audited",
         f"  stagecrawl pypi audit --lockfile {quoted(str(out / 'requirements.txt'))} {db}",
+        "  # Go: the go.mod the demo audited (its local replace named, not audited)",
+        f"  stagecrawl go audit --lockfile {quoted(str(out / 'go-app' / 'go.mod'))} {db}",
     ]
     return lines

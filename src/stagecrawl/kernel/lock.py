@@ -283,6 +283,7 @@ async def run_lock(
     if not sources or (sources.repo and sources.lockfiles):
         raise InputError("give either a repository or --lockfile PATH")
     sources.check()  # the options before any file is read
+    registry.configure(s)
     report = LockReport(registry.decl.words.units)
     for path in sources.lockfiles:  # from disk alone: nothing cloned or asked
         read_lockfile(registry, path)

@@ -233,6 +233,7 @@ def registry_fetcher(registry: Registry[Any], s: Settings, clock: Clock | None =
     from stagecrawl.engine.ratelimit import Lane, Rate
 
     registry.check_settings(s)
+    registry.configure(s)
     lanes = registry.lanes(s)
     if s.ai_license_url:
         lanes.add(Lane("ai", s.ai_license_url, Rate(s.ai_rate)))

@@ -145,6 +145,11 @@ class Pin:
     where: str
     line: int | None = None
 
+    @property
+    def source(self) -> str:
+        """Where, in words: "requirements.txt line 4"."""
+        return self.where if self.line is None else f"{self.where} line {self.line}"
+
 
 @dataclass
 class LockInput:
@@ -159,6 +164,8 @@ class LockInput:
     notes: list[str] = field(default_factory=list)
     rejected: dict[str, str] = field(default_factory=dict)  # "name version" -> why
     graph: DependencyGraph | None = None
+    # pins the audit evaluates that are no registry package to collect (Go's standard library)
+    audit_only: list[Pin] = field(default_factory=list)
 
     @property
     def unpinned(self) -> list[str]:
@@ -239,6 +246,11 @@ class Registry(ABC, Generic[C]):
 
     def check_settings(self, s: Settings) -> None:
         """What the settings table cannot check alone (a contact a registry requires)."""
+
+    def configure(self, s: Settings) -> None:
+        """Take the run's settings that decide what the registry reads, not how it fetches
+        (Go's private modules: never asked, never audited); called before any input is
+        read."""
 
     @abstractmethod
     def client(self, fetcher: Fetcher, s: Settings) -> C:

@@ -170,7 +170,7 @@ class Gathered:
 
 def lock_packages(registry: Registry[Any], lock: LockInput) -> list[Package]:
     packages = []
-    for pin in lock.pins:
+    for pin in [*lock.pins, *lock.audit_only]:
         package = registry.audit_package(pin.name, pin.version, pin.where)
         if pin.line is not None:
             package.lines[pin.where] = pin.line
@@ -194,6 +194,7 @@ async def gather(
 ) -> Gathered:
     """The versions the inputs name; every input is read before a database is opened."""
     gathered = Gathered()
+    registry.configure(s)
     for target in inputs.targets:
         name, version = registry.parse_pin(target)
         if version is None:

@@ -197,6 +197,12 @@ def affected_packages(
         functions = affects.get("functions") if isinstance(affects, dict) else None
         if isinstance(functions, list):
             item.functions += [str(f) for f in functions if str(f) not in item.functions]
+        # The Go database's affected symbols: imports[{path, symbols}] → `path.Symbol`
+        imports = specific.get("imports") if isinstance(specific, dict) else None
+        for spot in imports if isinstance(imports, list) else []:
+            if isinstance(spot, dict) and isinstance(spot.get("symbols"), list):
+                named = [f"{spot.get('path')}.{s}" for s in spot["symbols"]]
+                item.functions += [f for f in named if f not in item.functions]
     for item in merged.values():
         item.ranges = union(item.ranges)
     return list(merged.values())

@@ -310,18 +310,19 @@ class ProductTable(_Owner):
     ) -> None:
         """What the registry's version list decides for a stored package: LATEST_VERSION,
         COMP_STATUS and VERSION_COUNT (and the registry's own `extra` columns with them, e.g.
-        PyPI's ETAG and LAST_SERIAL)."""
+        PyPI's ETAG and LAST_SERIAL; a registry whose latest is not the one rule's, such as
+        Go's @latest, gives its own LATEST_VERSION and COMP_STATUS there)."""
         latest = self.latest(versions)
+        values = {
+            "LATEST_VERSION": latest.latest,
+            "COMP_STATUS": latest.status,
+            "VERSION_COUNT": len(versions),
+            "LAST_UPDATED": now,
+        }
         conn.execute(
             update(self.table)
             .where(self._mine(self.table), self.table.c.PRODUCT_KEY == literal(product_key))
-            .values(
-                LATEST_VERSION=latest.latest,
-                COMP_STATUS=latest.status,
-                VERSION_COUNT=len(versions),
-                LAST_UPDATED=now,
-                **dict(extra or {}),
-            )
+            .values(**(values | dict(extra or {})))
         )
 
     def column(self, conn: Connection, name: str) -> dict[str, Any]:

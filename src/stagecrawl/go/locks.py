@@ -1,0 +1,169 @@
+"""A Go project's build list from its files, without a go toolchain (no MVS: docs/go.md): go.mod
+(go >= 1.17: its requires are the build list), go.sum beside a go.mod of go < 1.17, go.work and
+vendor/modules.txt; replace and exclude of the main module only, a local-path replacement never
+a pin; the standard library at the toolchain line's version, else the go line's."""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from pathlib import Path
+
+from stagecrawl.engine.git import GitRepo
+from stagecrawl.errors import InputError
+from stagecrawl.go import modfile
+from stagecrawl.go.versions import go_tag_semver, sort_key
+from stagecrawl.kernel.registry import LockInput, Pin
+from stagecrawl.sca.audit import Unaudited
+
+STDLIB = "stdlib"
+LOCAL = "replaced by a local directory: not a registry module, not audited"
+
+
+def _go_minor(go: str | None) -> int:  # no go line: 1.16, as the go command assumes
+    return int(match[1]) if (match := re.match(r"1\.(\d+)", go or "1.16")) else 16
+
+
+def _parse(text: str, where: str, work: bool = False) -> modfile.ModFile:
+    try:
+        return modfile.parse(text, strict=True, work=work)
+    except ValueError as exc:
+        raise InputError(f"{where}:{exc}") from None
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read {path}: {exc}") from None
+
+
+def _stdlib(lock: LockInput, mod: modfile.ModFile) -> None:
+    toolchain = mod.toolchain if mod.toolchain != "default" else None
+    if (version := go_tag_semver(toolchain or mod.go or "")) is None:
+        why = "no go or toolchain line: its version is not known"
+        lock.unaudited.append(Unaudited(STDLIB, None, lock.where, why))
+    else:
+        lock.audit_only.append(Pin(STDLIB, version, lock.where))
+
+
+def _source(where: str, line: int | None) -> str:
+    return where if line is None else f"{where} line {line}"
+
+
+def _apply(
+    lock: LockInput, mod: modfile.ModFile, replaces: list[modfile.Replace], where: str
+) -> None:
+    """The main module's requires as pins, its excludes and replaces applied (`replaces`: the
+    workspace's before the module's own: the first that matches wins, a versioned one before
+    a wildcard)."""
+    excluded = set(mod.excludes)
+    for req in mod.requires:
+        if (req.path, req.version) in excluded:
+            excluded_by = "excluded by the main module"
+            lock.unaudited.append(
+                Unaudited(req.path, req.version, _source(where, req.line), excluded_by)
+            )
+            continue
+        matches = [r for r in replaces if r.path == req.path and r.version in (req.version, None)]
+        chosen = min(matches, key=lambda r: r.version is None, default=None)
+        if chosen is None:
+            lock.pins.append(Pin(req.path, req.version, where, req.line))
+        elif chosen.new_version is None:
+            why = f"{LOCAL} ({chosen.new_path})"
+            lock.unaudited.append(Unaudited(req.path, req.version, _source(where, req.line), why))
+        else:
+            lock.pins.append(Pin(chosen.new_path, chosen.new_version, where, req.line))
+
+
+def read_go_sum(text: str, where: str) -> LockInput:
+    """Every module go.sum hashes, at the highest version it hashes the content of."""
+    highest: dict[str, tuple[str, int]] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not (fields := line.split()):
+            continue
+        if len(fields) != 3 or not fields[2].startswith("h1:"):
+            raise InputError(f"{where}:{number}: not a go.sum line (path version h1:hash)")
+        path, version = fields[0], fields[1]
+        if version.endswith("/go.mod"):
+            continue
+        if path not in highest or sort_key(version) > sort_key(highest[path][0]):
+            highest[path] = (version, number)
+    pins = [Pin(p, v, where, n) for p, (v, n) in sorted(highest.items())]
+    return LockInput(where, "go.sum", pins=pins)
+
+
+def read_go_mod(path: Path, text: str) -> LockInput:
+    mod = _parse(text, str(path))
+    lock = LockInput(str(path), "go.mod")
+    _apply(lock, mod, mod.replaces, str(path))
+    _stdlib(lock, mod)
+    beside = path.with_name("go.sum")
+    if _go_minor(mod.go) < 17 and beside.is_file():
+        required = {pin.name for pin in lock.pins}
+        summed = read_go_sum(_read(beside), str(beside))
+        lock.pins += [pin for pin in summed.pins if pin.name not in required]
+    return lock
+
+
+def read_go_work(path: Path, text: str) -> LockInput:
+    work = _parse(text, str(path), work=True)
+    lock = LockInput(str(path), "go.work")
+    members: list[str] = []
+    for use, _line in work.uses:
+        gomod = path.parent / use / "go.mod"
+        mod = _parse(_read(gomod), str(gomod))
+        members += [mod.module] if mod.module else []
+        _apply(lock, mod, work.replaces + mod.replaces, str(gomod))
+    lock.pins = [pin for pin in lock.pins if pin.name not in members]
+    member = "a module of the workspace (local)"
+    lock.unaudited += [Unaudited(m, None, str(path), member) for m in members]
+    _stdlib(lock, work)
+    return lock
+
+
+def read_vendor(path: Path, text: str) -> LockInput:
+    lock = LockInput(str(path), "vendor/modules.txt")
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.startswith("# "):
+            continue
+        words = line[2:].split()
+        if "=>" in words:
+            arrow = words.index("=>")
+            if arrow + 2 == len(words):  # a local directory
+                source = _source(str(path), number)
+                version = words[1] if arrow == 2 else None  # "# path [version] => dir"
+                lock.unaudited.append(Unaudited(words[0], version, source, LOCAL))
+                continue
+            words = words[arrow + 1 :]
+        if len(words) != 2:
+            raise InputError(f"{path}:{number}: not a module line (# path version)")
+        lock.pins.append(Pin(words[0], words[1], str(path), number))
+    return lock
+
+
+def read_lock(path: Path, text: str) -> LockInput:
+    name = path.name
+    if name == "go.sum":
+        mod = path.with_name("go.mod")
+        if mod.is_file() and _go_minor(_parse(_read(mod), str(mod)).go) >= 17:
+            why = "go >= 1.17: go.sum is no build list (it keeps versions no build uses)"
+            raise InputError(f"{path}: its go.mod says {why}: give go.mod")
+        return read_go_sum(text, str(path))
+    if name == "go.work":
+        return read_go_work(path, text)
+    if name == "modules.txt":
+        return read_vendor(path, text)
+    return read_go_mod(path, text)
+
+
+async def locks_at_tag(repo: GitRepo, tag: str) -> list[LockInput]:
+    """The top-level go.work, else go.mod (vendor/modules.txt when neither), at `tag`."""
+    with tempfile.TemporaryDirectory(prefix="stagecrawl-tag-") as tmp:
+        await repo.export(tag, Path(tmp))
+        for name in ("go.work", "go.mod", "vendor/modules.txt"):
+            if (found := Path(tmp) / name).is_file():
+                lock = read_lock(found, _read(found))
+                lock.where = f"{repo.label}@{tag} {name}"
+                return [lock]
+    return []
