@@ -1,6 +1,6 @@
 """The generic queue over a table it has never seen (not the LIST): a registry declares the
 columns, and claims, leases, expiry, the ladder and the per-run exclusion work on it, on every
-backend. The crates pipeline's own tests prove the same on the LIST."""
+backend. The registries' own tests prove the same on their LIST tables."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The rows the crates pipeline writes: VERSION, PRODUCT and the index state, from the index
+"""The rows the crates plug-in writes: VERSION, PRODUCT and the index state, from the index
 entry (authoritative) and the API answer (enrichment only)."""
 
 from __future__ import annotations
