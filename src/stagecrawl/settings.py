@@ -260,7 +260,9 @@ class Settings:
         2.0, "AI classifier lane: requests per second", minimum=0, above=True, maximum=MAX_RATE
     )
     cache_dir: str = _s(
-        ".stagecrawl-cache", "lock: bare clones and the private CARGO_HOME", env="STAGECRAWL_CACHE"
+        ".stagecrawl-cache",
+        "lock: bare clones of repositories, and private homes of the tools it runs",
+        env="STAGECRAWL_CACHE",
     )
     sparql_url: str = _s(
         "https://query.wikidata.org/sparql", "aircraft: Wikidata SPARQL endpoint", check="url"

@@ -61,6 +61,27 @@ class Site:
         return result
 
 
+def dump_tables(url: str, cli: str) -> dict[str, list[dict[str, Any]]]:
+    """A registry's LIST, VERSION, PRODUCT and its first own table ("own"), every row (the
+    columns that only say when left out), by the registry's command group name."""
+    from stagecrawl.registries import BY_CLI
+
+    db = Database(url)
+    t = db.registry(BY_CLI[cli].code)
+    parts = {"LIST": t.list, "VERSION": t.version, "PRODUCT": t.product}
+    if t.own:
+        parts["own"] = next(iter(t.own.values()))
+    result = {}
+    with db.engine.connect() as conn:
+        for part, table in parts.items():
+            rows = conn.execute(select(table).order_by(*table.primary_key.columns)).all()
+            result[part] = [
+                {k: v for k, v in r._mapping.items() if k not in VOLATILE} for r in rows
+            ]
+    db.dispose()
+    return result
+
+
 @contextlib.contextmanager
 def crates_site(root: Path) -> Iterator[Site]:
     build_mirror(root, CRATES)

@@ -126,6 +126,7 @@ def test_a_database_of_the_release_before_the_kernel_is_migrated_in_place(
     upgraded = stagecrawl("upgrade", "--db", db_url)
     assert upgraded.returncode == 0, upgraded.stderr
     assert "upgraded PYPI tables to schema 1" in upgraded.stderr
+    assert "upgraded PYPI tables to schema 2" in upgraded.stderr
 
     db = Database(db_url)  # a writing open: nothing left to do
     assert "upgraded" not in caplog.text
@@ -141,11 +142,14 @@ def test_a_database_of_the_release_before_the_kernel_is_migrated_in_place(
         assert conn.execute(select(t.seed.c.NAME)).scalars().all() == ["Requests"]
         assert conn.execute(select(t.version.c.VERSION)).scalars().all() == ["2.31.0"]
         versions = conn.execute(select(db.schema_table.c.PART, db.schema_table.c.VERSION)).all()
-    assert ("PYPI", 1) in versions
+    assert ("PYPI", 2) in versions
     # the widened key holds PyPI's longest names on every backend
     long_name = "a" * 200
     with db.engine.begin() as conn:
         conn.execute(t.seed.insert(), [{PYPI.group: long_name, "NAME": long_name} | _seed_row()])
+        # and the page of the longest name at the longest version fits VERSION's URL
+        url = f"https://pypi.org/project/{long_name}/{'1' * 100}/"
+        conn.execute(t.version.update().values(URL=url))
     # the claim indexes are there under their new names
     names = {ix["name"] for ix in inspect(db.engine).get_indexes(PYPI.list)}
     assert f"IX_PYPI_LIST_PROCESSED_{PYPI.group}" in names

@@ -411,7 +411,7 @@ def add_lock_command(
         "repo_arg",
         Annotated[
             str | None,
-            typer.Argument(help="Git URL or local path of a repository.", metavar="[REPO]"),
+            typer.Argument(help="Git URL or local path of a repository.", metavar="REPO"),
         ],
     )
     label = Param(

@@ -10,9 +10,10 @@ from __future__ import annotations
 import hashlib
 import re
 
+from stagecrawl.crates.declaration import NAMES
 from stagecrawl.errors import InputError
 
-MAX_NAME_LENGTH = 64
+MAX_NAME_LENGTH = NAMES.bounds.name  # crates.io's limit, the columns' (declared once)
 _VALID = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 MAX_VERSION_LENGTH = 100  # the width of stagecrawl's VERSION columns
 # SemVer 2.0.0 as crates.io checks a published version (the `semver` crate's

@@ -45,6 +45,7 @@ from stagecrawl.kernel.registry import (
 )
 from stagecrawl.secrets import mask_url
 from stagecrawl.settings import Settings
+from stagecrawl.storage.bounds import RowSet
 from stagecrawl.storage.db import Database
 
 
@@ -205,6 +206,15 @@ class Crates(Registry[CratesClient]):
             tables.versions(db).bulk(VERSION_COLUMNS).execute(conn, version_rows)
         tables.products(db).upsert(conn, [crate.product for crate in crates])
         tables.IndexStateTable(db).upsert(conn, [crate.index_state for crate in crates])
+
+    def row_sets(self, db: Database, rows: Any) -> list[RowSet]:
+        crate: CrateRows = rows
+        t = self.tables(db)
+        return [
+            RowSet(t.version, crate.versions, VERSION_COLUMNS),
+            RowSet(t.product, [crate.product]),
+            RowSet(tables.IndexStateTable(db).table, [crate.index_state]),
+        ]
 
     # -- refresh: conditional GETs (the sparse index has no change feed) -----------------
 

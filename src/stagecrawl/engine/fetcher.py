@@ -63,6 +63,7 @@ from stagecrawl.errors import (
     TransientError,
 )
 from stagecrawl.settings import DEFAULTS
+from stagecrawl.storage.names import VALIDATOR_MAX
 
 MiB = 1024 * 1024
 NOT_FOUND_STATUSES = frozenset({404, 410, 451})
@@ -121,7 +122,14 @@ class FetchResult:
 
     @property
     def validators(self) -> Validators:
-        return Validators(self.headers.get("etag"), self.headers.get("last-modified"))
+        """The answer's validators, each only if a column can keep it: an over-long one is
+        dropped here, where it enters (the next request is then unconditional — a full
+        answer, never a wrong 304 — instead of a row no server-side table would take)."""
+        etag, modified = self.headers.get("etag"), self.headers.get("last-modified")
+        return Validators(
+            etag if etag is None or len(etag) <= VALIDATOR_MAX else None,
+            modified if modified is None or len(modified) <= VALIDATOR_MAX else None,
+        )
 
     @property
     def text(self) -> str:

@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from stagecrawl.kernel.declaration import LockKind, RegistryDecl, Words
 from stagecrawl.settings import MAX_RATE, Section, register_section, setting
-from stagecrawl.storage.names import Bounds, registry_names
+from stagecrawl.storage.names import VERSION_MAX, Bounds, registry_names
 
 DEFAULT_PROXY_URL = "https://proxy.golang.org/"
 DEFAULT_INDEX_URL = "https://index.golang.org/index"
@@ -16,11 +16,12 @@ DEFAULT_OSV_URL = "https://vuln.go.dev/vulndb.zip"
 # Module paths have no registry bound of their own; 300 holds every path in the Go vulnerability
 # database and the public index with room, inside MySQL's key length at utf8mb4_bin.
 NAME_MAX = 300
+URL_MAX = len("https://pkg.go.dev/@") + NAME_MAX + VERSION_MAX  # a version's page
 
 # TB_COMP_LIB_GOLANG_LIST (keyed by MODULE_PATH, case-sensitive), TB_COMP_LIB_VERSION_GOLANG,
 # TB_COMP_LIB_PRODUCT_GOLANG, TB_STAGECRAWL_SEED_GOLANG, TB_COMP_LIB_VULN_GOLANG_*
 NAMES = registry_names(
-    "GOLANG", group="MODULE_PATH", case_sensitive=True, bounds=Bounds(name=NAME_MAX)
+    "GOLANG", group="MODULE_PATH", case_sensitive=True, bounds=Bounds(name=NAME_MAX, url=URL_MAX)
 )
 
 

@@ -45,6 +45,7 @@ from stagecrawl.kernel.registry import (
 from stagecrawl.sca.audit import Unaudited
 from stagecrawl.sca.ecosystem import Ecosystem, parse_time
 from stagecrawl.settings import Settings
+from stagecrawl.storage.bounds import RowSet
 from stagecrawl.storage.db import Database, dumps
 
 GO = Ecosystem(
@@ -263,6 +264,11 @@ class Go(Registry[GoClient]):
         if version_rows := [row for versions, _product in rows for row in versions]:
             self.versions(db).upsert(conn, version_rows)
         self.products(db).upsert(conn, [product for _versions, product in rows])
+
+    def row_sets(self, db: Database, rows: Any) -> list[RowSet]:
+        versions, product = rows
+        t = self.tables(db)
+        return [RowSet(t.version, versions), RowSet(t.product, [product])]
 
     def refresh_targets(self, db: Database, names: Sequence[str]) -> list[RefreshTarget]:
         etags: dict[str, Any] = db.read(lambda c: self.products(db).column(c, "LIST_ETAG"))

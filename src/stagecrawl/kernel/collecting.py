@@ -50,6 +50,7 @@ from stagecrawl.sca.ai import AiLicenseClient
 from stagecrawl.sca.matcher import LicenseMatcher
 from stagecrawl.secrets import redact
 from stagecrawl.settings import DEFAULTS, Settings
+from stagecrawl.storage.bounds import row_problem
 from stagecrawl.storage.db import Database
 
 log = logging.getLogger("stagecrawl.collect")
@@ -440,6 +441,11 @@ class Collector:
             return UnitResult(group, outcomes + self._failures(todo, reason, failed.cause))
         except (FetchError, UnreadableAnswer) as exc:  # expected: on the ladder with its reason
             return UnitResult(group, outcomes + self._failures(todo, explain_failure(exc), exc))
+        if too_long := row_problem(self.registry.row_sets(self.db, collected.rows)):
+            # Before the batch: on PostgreSQL or strict MySQL it would abort every unit of
+            # the batch, and of every rerun; here it fails this unit alone, with why.
+            unfit = UnreadableAnswer(too_long)
+            return UnitResult(group, outcomes + self._failures(todo, too_long, unfit))
         listed = collected.listed
         unreadable: list[Claimed] = []
         for event in todo:

@@ -41,6 +41,7 @@ from stagecrawl.queue import NotAsked, Waiting, utcnow
 from stagecrawl.queue.events import NewEvent
 from stagecrawl.secrets import redact
 from stagecrawl.settings import Settings
+from stagecrawl.storage.bounds import RowSet, row_problem
 from stagecrawl.storage.db import Database
 
 
@@ -116,6 +117,10 @@ async def refresh(
         report.checked += 1
         if answer is None or isinstance(answer, str):
             report.unchanged[answer or "not_modified"] += 1
+            return None
+        extra = [RowSet(registry.tables(db).product, [registry.refresh_extra(answer)])]
+        if too_long := registry.listing_problem(answer) or row_problem(extra):
+            report.failed[target.name] = too_long  # this package alone, never its batch
             return None
         if answer.problems:
             report.problems[answer.name] = answer.problems

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from stagecrawl.sca.audit import DependencyGraph, Package, Unaudited
     from stagecrawl.sca.ecosystem import Ecosystem, VulnTables
     from stagecrawl.sca.matcher import LicenseMatcher
+    from stagecrawl.storage.bounds import RowSet
     from stagecrawl.storage.db import Database
     from stagecrawl.storage.owners import ProductTable, VersionOrder, VersionTable
     from stagecrawl.storage.schema import RegistrySchema, RegistryTables
@@ -218,6 +219,20 @@ class Registry(ABC, Generic[C]):
         """The LIST primary key: sha256 of `identity@version`, 32 raw bytes."""
         return hashlib.sha256(f"{self.identity(name)}@{version}".encode()).digest()
 
+    def listing_problem(self, listing: Listing) -> str | None:
+        """Why a listing cannot enter the queue, if it cannot: its name or a version longer
+        than the columns hold (the bounds of the registry's declaration). The unit fails
+        alone, with this reason, instead of its batch."""
+        from stagecrawl.storage.bounds import too_long
+
+        bounds, unit = self.decl.names.bounds, self.decl.words.unit
+        if len(listing.name) > bounds.name:
+            return too_long(f"{unit} name", listing.name, bounds.name)
+        for version in listing.versions:
+            if len(version) > bounds.version:
+                return too_long(f"{unit} {listing.name[:80]}: version", version, bounds.version)
+        return None
+
     def version_key(self, version: str) -> Hashable:
         """Versions that are one under the registry's rules compare equal by this key (PEP
         440's `3.13.0` and `3.13`); the plain string by default."""
@@ -226,12 +241,14 @@ class Registry(ABC, Generic[C]):
     def check_version(self, name: str, version: str) -> str:
         """A version from an input (a lock file, a pin) that may enter the queue, else
         InputError with the reason. Its bound is the table's (one declaration)."""
+        from stagecrawl.storage.bounds import too_long
+
         bound = self.decl.names.bounds.version
-        if not version or len(version) > bound:
-            shown = version if len(version) <= 80 else version[:80] + "…"
+        if not version:
+            raise InputError(f"invalid version '' of {self.decl.words.unit} {name!r}: empty")
+        if len(version) > bound:
             raise InputError(
-                f"invalid version {shown!r} of {self.decl.words.unit} {name!r}:"
-                f" {'empty' if not version else f'longer than {bound} characters'}"
+                too_long(f"{self.decl.words.unit} {name[:80]!r}: version", version, bound)
             )
         return version
 
@@ -270,6 +287,11 @@ class Registry(ABC, Generic[C]):
     def write(self, conn: Connection, db: Database, rows: Sequence[Any]) -> None:
         """The rows of `Collected.rows` of a batch of units, in the finishing transaction,
         through the registry's table owners."""
+
+    @abstractmethod
+    def row_sets(self, db: Database, rows: Any) -> list[RowSet]:
+        """One unit's `Collected.rows` by table, for the kernel's bounds check before the
+        unit joins a batch (a value longer than its column fails that unit alone)."""
 
     def requests(self, client: C) -> dict[str, int]:
         """Requests so far, per lane (the progress fields)."""

@@ -322,5 +322,10 @@ class Seeder:
             log.debug("seeding %s failed: %s", seed.name, reason)
             state = LIST_CODES.after_failure(seed.state)  # the one ladder (stagecrawl.queue)
             return SeedResult(seed, None, state, reason[:2000])
+        if too_long := registry.listing_problem(listing):
+            # A value no LIST row can hold: the seed fails alone, with why, on the ladder
+            # (in a batch, PostgreSQL or strict MySQL would abort every seed of it).
+            self.queue.this_run.add(seed.group)
+            return SeedResult(seed, None, LIST_CODES.after_failure(seed.state), too_long)
         self.handler.in_hand += len(listing.versions)
         return SeedResult(seed, listing, SEEDED)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from stagecrawl.kernel.declaration import LockKind, RegistryDecl, Words
 from stagecrawl.settings import MAX_RATE, Section, register_section, setting
-from stagecrawl.storage.names import Bounds, registry_names
+from stagecrawl.storage.names import VERSION_MAX, Bounds, registry_names
 
 DEFAULT_INDEX_URL = "https://pypi.org/simple/"
 DEFAULT_API_URL = "https://pypi.org/"
@@ -15,10 +15,17 @@ DEFAULT_OSV_URL = "https://osv-vulnerabilities.storage.googleapis.com/PyPI/all.z
 # PyPI names have no length limit of the registry's own; real ones reach well past 64, so the
 # columns hold 200 (the names' bound is declared once, here, and checked where a name enters).
 NAME_MAX = 200
+# https://pypi.org/project/NAME/VERSION/ at the longest name and version
+URL_MAX = len("https://pypi.org/project///") + NAME_MAX + VERSION_MAX
 
 # TB_COMP_LIB_PYPI_LIST (keyed by PROJECT_NAME, the PEP 503 name), TB_COMP_LIB_VERSION_PYPI,
 # TB_COMP_LIB_PRODUCT_PYPI, TB_STAGECRAWL_SEED_PYPI, TB_COMP_LIB_VULN_PYPI_*
-NAMES = registry_names("PYPI", group="PROJECT_NAME", bounds=Bounds(name=NAME_MAX), schema_version=1)
+NAMES = registry_names(
+    "PYPI",
+    group="PROJECT_NAME",
+    bounds=Bounds(name=NAME_MAX, url=URL_MAX),
+    schema_version=2,
+)
 
 
 @register_section

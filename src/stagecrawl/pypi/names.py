@@ -7,9 +7,11 @@ import re
 
 from packaging.utils import canonicalize_name
 
+from stagecrawl.pypi.declaration import NAMES
+
 # PEP 508 / core metadata: ASCII letters, digits, and . _ - inside, starting and ending alnum.
 VALID_NAME = re.compile(r"^([A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9])$", re.IGNORECASE)
-MAX_NAME_LENGTH = 200  # far above any real project; a bound for what enters the queue
+MAX_NAME_LENGTH = NAMES.bounds.name  # the columns' bound (declared once)
 
 
 def normalize(name: str) -> str:

@@ -42,6 +42,7 @@ from stagecrawl.pypi.names import name_problem, normalize
 from stagecrawl.pypi.versions import is_valid, version_key
 from stagecrawl.sca.audit import Unaudited
 from stagecrawl.settings import Settings
+from stagecrawl.storage.bounds import RowSet
 from stagecrawl.storage.db import Database
 
 _PIN = re.compile(r"^\s*(?P<name>[^=\s]+)\s*==\s*(?P<version>\S+)\s*$")
@@ -158,6 +159,11 @@ class Pypi(Registry[PyPIClient]):
         if version_rows:
             tables.versions(db).upsert(conn, version_rows)
         tables.products(db).upsert(conn, [product for _versions, product in rows])
+
+    def row_sets(self, db: Database, rows: Any) -> list[RowSet]:
+        versions, product = rows
+        t = self.tables(db)
+        return [RowSet(t.version, versions), RowSet(t.product, [product])]
 
     # -- refresh: conditional GETs of the Simple pages ------------------------------------
 

@@ -77,13 +77,21 @@ def _own_words(ctx: MigrationContext) -> None:
             ctx.widen(table, column)
 
 
+def _long_urls(ctx: MigrationContext) -> None:
+    for table in (NAMES.version, NAMES.product):
+        ctx.widen(table, "URL")
+
+
 SCHEMA = register(
     RegistrySchema(
         NAMES,
         version_extra=_version_extra,
         product_extra=_product_extra,
         dependencies_nullable=True,  # NULL: unknown (never "none", which is [])
-        migrations=(Migration(1, "PROJECT_NAME key column, no crates.io columns", _own_words),),
+        migrations=(
+            Migration(1, "PROJECT_NAME key column, no crates.io columns", _own_words),
+            Migration(2, "URL holds the page of the longest name and version", _long_urls),
+        ),
         vulns_command="stagecrawl pypi vulns",
     )
 )

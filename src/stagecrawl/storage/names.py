@@ -36,6 +36,9 @@ class Bounds:
 
     name: int = 64
     version: int = VERSION_MAX
+    # VERSION's and PRODUCT's URL, the package's page: wider where a long name (and its
+    # version) is part of the link (PyPI's /project/NAME/VERSION/, pkg.go.dev/PATH@VERSION)
+    url: int = URL_MAX
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,7 @@ class Rule:
     redirect_to: str | None = None  # origin URL to redirect to (same path)
     status: int | None = None  # answer this status with an empty body
     body: bytes | None = None  # serve these bytes instead of the fixture
+    headers: dict[str, str] | None = None  # set on the answer (an odd ETag …)
     seen: int = 0
     accepted: deque[float] = field(default_factory=deque)
 
@@ -160,6 +161,9 @@ class TestOrigin:
             self.log.append(entry)
             matching = [r for r in self.rules if fnmatch.fnmatchcase(request.path, r.pattern)]
         response = await self._respond(request, matching)
+        for rule in matching:
+            if rule.headers and not response.prepared:
+                response.headers.update(rule.headers)
         entry.status = response.status
         return response
 
