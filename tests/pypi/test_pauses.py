@@ -226,3 +226,27 @@ def test_with_a_shared_limiter_a_rerun_within_the_pause_sends_nothing(
         assert rows(db, f"SELECT COUNT(*) FROM {VERSION}") == [(3 * len(NAMES),)]
     finally:
         redis.Redis.from_url(REDIS_URL).delete(host_key)
+
+
+def test_a_crawl_of_names_rerun_within_the_pause_does_not_ask_the_host_again(
+    origin: PyPIOrigin, tmp_path: Path
+) -> None:
+    """Without a shared limiter the pause lives in the database (each held item's NOT_BEFORE):
+    `crawl NAMES` again within it names the same seeds, and they keep their hold — nothing
+    is sent to the paused host, as `collect` sends nothing."""
+    db = tmp_path / "local.db"
+    flags = ["--db", f"sqlite:///{db}", *urls(origin)]
+    rate_limit(origin)
+    first = stagecrawl("pypi", "crawl", *NAMES, *flags)
+    assert first.returncode == 1, first.stderr
+    waiting_line(first.stderr, origin)
+    sent = len(origin.log)
+    again = stagecrawl("pypi", "crawl", *NAMES, *flags)
+    assert again.returncode == 1, again.stderr
+    assert len(origin.log) == sent  # not one request to the paused host
+    assert "; nothing sent; " in waiting_line(again.stderr, origin)
+
+    recover(origin, db)
+    after = stagecrawl("pypi", "crawl", *NAMES, *flags)
+    assert after.returncode == 0, after.stderr
+    assert rows(db, f"SELECT COUNT(*) FROM {VERSION}") == [(3 * len(NAMES),)]

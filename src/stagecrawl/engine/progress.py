@@ -29,7 +29,7 @@ class ProgressReporter:
         *,
         console: Console | None = None,
         quiet: bool = False,
-        interval: float = 10.0,
+        interval: float = 5.0,  # off a terminal: a line this often (the guide: ≤ 10 s)
         force_terminal: bool | None = None,
     ) -> None:
         self.title = title
