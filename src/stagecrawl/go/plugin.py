@@ -45,7 +45,6 @@ from stagecrawl.kernel.registry import (
 from stagecrawl.sca.audit import Unaudited
 from stagecrawl.sca.ecosystem import Ecosystem, parse_time
 from stagecrawl.settings import Settings
-from stagecrawl.storage.bounds import RowSet
 from stagecrawl.storage.db import Database, dumps
 
 GO = Ecosystem(
@@ -259,16 +258,6 @@ class Go(Registry[GoClient]):
             "GO_VERSION": mod.go, "TOOLCHAIN": mod.toolchain, "LICENSE_SOURCE": source,
             "GO_MOD_SYNTHETIC": text == f"module {modfile.auto_quote(name)}\n",
         }  # fmt: skip
-
-    def write(self, conn: Connection, db: Database, rows: Sequence[Any]) -> None:
-        if version_rows := [row for versions, _product in rows for row in versions]:
-            self.versions(db).upsert(conn, version_rows)
-        self.products(db).upsert(conn, [product for _versions, product in rows])
-
-    def row_sets(self, db: Database, rows: Any) -> list[RowSet]:
-        versions, product = rows
-        t = self.tables(db)
-        return [RowSet(t.version, versions), RowSet(t.product, [product])]
 
     def refresh_targets(self, db: Database, names: Sequence[str]) -> list[RefreshTarget]:
         etags: dict[str, Any] = db.read(lambda c: self.products(db).column(c, "LIST_ETAG"))

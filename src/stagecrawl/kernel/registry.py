@@ -283,15 +283,23 @@ class Registry(ABC, Generic[C]):
     ) -> Collected:
         """Collect the asked `versions` of one unit (`name` as registered)."""
 
-    @abstractmethod
     def write(self, conn: Connection, db: Database, rows: Sequence[Any]) -> None:
         """The rows of `Collected.rows` of a batch of units, in the finishing transaction,
-        through the registry's table owners."""
+        through the table owners. By default a unit's rows are `(VERSION rows as dicts, its
+        PRODUCT row)`; a registry with other rows (tuples, a table of its own) overrides
+        this and `row_sets` together."""
+        if version_rows := [row for versions, _product in rows for row in versions]:
+            self.versions(db).upsert(conn, version_rows)
+        self.products(db).upsert(conn, [product for _versions, product in rows])
 
-    @abstractmethod
     def row_sets(self, db: Database, rows: Any) -> list[RowSet]:
         """One unit's `Collected.rows` by table, for the kernel's bounds check before the
         unit joins a batch (a value longer than its column fails that unit alone)."""
+        from stagecrawl.storage.bounds import RowSet
+
+        versions, product = rows
+        t = self.tables(db)
+        return [RowSet(t.version, versions), RowSet(t.product, [product])]
 
     def requests(self, client: C) -> dict[str, int]:
         """Requests so far, per lane (the progress fields)."""

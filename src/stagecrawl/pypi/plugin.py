@@ -14,7 +14,6 @@ from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
-from sqlalchemy import Connection
 
 from stagecrawl.engine.fetcher import Fetcher, Validators
 from stagecrawl.engine.git import GitRepo
@@ -42,7 +41,6 @@ from stagecrawl.pypi.names import name_problem, normalize
 from stagecrawl.pypi.versions import is_valid, version_key
 from stagecrawl.sca.audit import Unaudited
 from stagecrawl.settings import Settings
-from stagecrawl.storage.bounds import RowSet
 from stagecrawl.storage.db import Database
 
 _PIN = re.compile(r"^\s*(?P<name>[^=\s]+)\s*==\s*(?P<version>\S+)\s*$")
@@ -153,17 +151,6 @@ class Pypi(Registry[PyPIClient]):
             counts=Counter(unknown_dependencies=sum(1 for r in rows if r["DEPENDENCIES"] is None)),
             yanked_rows=sum(1 for r in rows if r["YANKED"]),
         )
-
-    def write(self, conn: Connection, db: Database, rows: Sequence[Any]) -> None:
-        version_rows = [row for versions, _product in rows for row in versions]
-        if version_rows:
-            tables.versions(db).upsert(conn, version_rows)
-        tables.products(db).upsert(conn, [product for _versions, product in rows])
-
-    def row_sets(self, db: Database, rows: Any) -> list[RowSet]:
-        versions, product = rows
-        t = self.tables(db)
-        return [RowSet(t.version, versions), RowSet(t.product, [product])]
 
     # -- refresh: conditional GETs of the Simple pages ------------------------------------
 
