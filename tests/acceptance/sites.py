@@ -15,6 +15,7 @@ from sqlalchemy import select
 
 from stagecrawl.demo.registry import build_mirror
 from stagecrawl.storage.db import Database
+from stagecrawl.testing.go_origin import GoOrigin
 from stagecrawl.testing.origin import TestOrigin
 from stagecrawl.testing.pypi_origin import PyPIOrigin, synthetic_project
 from tests.acceptance.registry import CRATES
@@ -22,12 +23,13 @@ from tests.acceptance.registry import CRATES
 VOLATILE = {"TIMESTAMP", "LAST_UPDATED", "CLAIMED_BY", "CLAIMED_UNTIL", "CLAIMED_AT", "CHECKED_AT"}
 CONTACT = "acceptance@example.org"
 PROJECTS = [f"accept-{i:02d}" for i in range(14)]
+MODULES = [f"example.com/accept/m{i:02d}" for i in range(14)]
 
 
 @dataclass
 class Site:
-    cli: str  # the command group: crates, pypi
-    code: str  # its tables' code: RUST, PYPI
+    cli: str  # the command group: crates, pypi, go
+    code: str  # its tables' code: RUST, PYPI, GOLANG
     names: list[str]
     origins: list[TestOrigin]
     flags: list[str]  # where the registry is (and the contact it asks for)
@@ -124,10 +126,30 @@ def pypi_site() -> Iterator[Site]:
 
 
 @contextlib.contextmanager
+def go_site() -> Iterator[Site]:
+    origin = GoOrigin()
+    for n, path in enumerate(MODULES):
+        for v in range(2 + n % 4):
+            retract = "retract v1.0.0\n" if v == 3 else ""
+            origin.publish(path, f"v1.{v}.0", f"module {path}\n\ngo 1.22\n{retract}")
+    with origin:
+        yield Site(
+            "go",
+            "GOLANG",
+            MODULES,
+            [origin],
+            [
+                *("--proxy-url", origin.proxy_url, "--index-url", origin.index_url),
+                *("--contact", CONTACT),
+            ],
+            ["--proxy-rate", "6"],
+            ["--proxy-rate", "200"],
+            "*.mod",
+        )
+
+
+@contextlib.contextmanager
 def site_for(cli: str, root: Path) -> Iterator[Site]:
-    if cli == "crates":
-        with crates_site(root) as site:
-            yield site
-    else:
-        with pypi_site() as site:
-            yield site
+    sites = {"crates": lambda: crates_site(root), "pypi": pypi_site, "go": go_site}
+    with sites[cli]() as site:
+        yield site

@@ -1,5 +1,5 @@
-"""The kernel's promises, proved for every registry through its own command line (crates and
-PyPI on their look-alikes): a kill -9 at any moment then a plain rerun equals a clean run; a
+"""The kernel's promises, proved for every registry through its own command line (crates, PyPI
+and Go on their look-alikes): a kill -9 at any moment then a plain rerun equals a clean run; a
 SIGINT gives every lease back and a rerun finishes; SQLite takes one collect; a hostile origin
 fails units, never the run, and its 429s and 5xx are waited out; a database lost mid-run is
 waited out by every worker; a killed worker's leases are taken back by a live one; a bad name
@@ -23,7 +23,7 @@ from tests.services import POSTGRES_URL, drop_stagecrawl_tables
 STRAY = ("Traceback", "Task exception was never retrieved", "did not finish within the grace")
 
 
-@pytest.fixture(params=["crates", "pypi"])
+@pytest.fixture(params=["crates", "pypi", "go"])
 def site(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Site]:
     with site_for(request.param, tmp_path / "mirror") as made:
         yield made
