@@ -19,6 +19,7 @@ from stagecrawl.crates.declaration import NAMES as CRATES_NAMES
 from stagecrawl.demo.registry import build_mirror
 from stagecrawl.pypi.declaration import NAMES as PYPI_NAMES
 from stagecrawl.storage.names import SHA256_MAX, SHORT_TEXT_MAX, VALIDATOR_MAX, VERSION_MAX
+from stagecrawl.testing.go_origin import GoOrigin
 from stagecrawl.testing.origin import TestOrigin
 from stagecrawl.testing.pypi_origin import PyPIOrigin, Release, build_project
 from tests.acceptance.sites import CONTACT, dump_tables
@@ -182,3 +183,39 @@ def test_pypi_pins_over_their_bounds_are_rejected_alone(
     listed = {(r["NAME"], r["VERSION"]) for r in dump_tables(db_url, "pypi")["LIST"]}
     assert ("good", "1.0.0") in listed
     assert all(len(v) <= VERSION_MAX for _n, v in listed)
+
+
+# -- Go -------------------------------------------------------------------------------------
+
+GO_VERSION_MAX = 32  # go/tables.py's GO_VERSION and TOOLCHAIN
+
+
+@pytest.fixture
+def go_origin() -> Iterator[GoOrigin]:
+    origin = GoOrigin()
+    for path in ("example.com/good", "example.com/long-version", "example.com/long-go"):
+        origin.publish(path, "v1.0.0", f"module {path}\n\ngo 1.22\n")
+    origin.publish("example.com/long-version", "v1.1.0-" + "a" * (VERSION_MAX - 6), "")
+    origin.publish(
+        "example.com/long-go",
+        "v1.1.0",
+        "module example.com/long-go\n\ngo 1." + "9" * GO_VERSION_MAX + "\n",
+    )
+    with origin:
+        yield origin
+
+
+def test_go_values_over_their_bounds_fail_their_module_alone(
+    go_origin: GoOrigin, db_url: str
+) -> None:
+    flags = [
+        *("--proxy-url", go_origin.proxy_url, "--index-url", go_origin.index_url),
+        *("--contact", CONTACT, "--proxy-rate", "100"),
+    ]
+    names = ["example.com/good", "example.com/long-version", "example.com/long-go"]
+    report = rerun_is_unaffected("go", db_url, [*names, *flags])
+    written = {(r["PRODUCT_KEY"], r["VERSION"]) for r in dump_tables(db_url, "go")["VERSION"]}
+    assert written == {("example.com/good", "v1.0.0")}
+    said = json.dumps(report)
+    assert "example.com/long-version" in said and "example.com/long-go" in said
+    assert said.count("longer than its") >= 2
