@@ -2,14 +2,16 @@
 
     python bench/scale.py [--crates 400] [--versions 10] [--dump-crates 20000] [--dump-versions 50]
     python bench/scale.py --only crawl [--crawl-sizes 300,3000,10000] [--baseline-src DIR]
-        [--repeat 3]
+        [--repeat 3] [--shape real|synthetic]
     python bench/scale.py --only frontier [--frontier-urls 1000000]
 
 1. `crates collect` with 1, 2 and 4 worker processes on MariaDB against the loopback registry,
    rate limit lifted: VERSION rows/s and the ratio to one worker.
 2. `crates dbdump` of a synthetic dump (default 1M versions) into SQLite: load rate and the
    loader process's peak RSS.
-3. `crates crawl` into SQLite at 300, 3,000 and 10,000 crates of 30 versions, limits lifted:
+3. `crates crawl` into SQLite at 300, 3,000 and 10,000 crates of 30 versions, limits lifted,
+   shaped like real crates by default (each crate from one of ../shared's real index files —
+   dependencies, features, checksums, yanked, links, rust-version — and a real API answer):
    VERSION rows/s end to end, CPU ms per row, peak RSS (the process's own VmHWM, polled) and
    index requests per crate (the index origin's own log; 1.00 when none is asked twice);
    with --baseline-src the same runs with another source tree (e.g. main's) in the same
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import resource
 import signal
@@ -64,6 +67,56 @@ def build_registry(root: Path, crates: int, versions: int) -> list[str]:
             {
                 "crate": {"name": name, "description": "scale"},
                 "versions": [{"num": f"0.{v}.0", "license": "MIT"} for v in range(versions)],
+            },
+        )
+    return names
+
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
+
+
+def real_shapes() -> tuple[list[list[dict[str, object]]], dict[str, object]]:
+    """The real index files in ../shared (every line of each, as crates.io serves them) and
+    one real API answer: what a real-shaped registry is made of (read where it lies)."""
+    index, api = SHARED / "crates-index", SHARED / "crates-api" / "dependabot-core" / "regex.json"
+    if not index.is_dir() or not api.is_file():
+        raise SystemExit(f"--shape real needs {index} and {api} (../shared beside the repo)")
+    files = [
+        [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        for path in sorted(index.rglob("*"))
+        if path.is_file() and path.name not in ("config.json", "SOURCE.txt")
+    ]
+    return [f for f in files if f], json.loads(api.read_text())
+
+
+def build_real_registry(root: Path, crates: int, versions: int) -> list[str]:
+    """Crates shaped like real ones: crate i takes the lines of real index file i (cycling
+    through its lines, each line's dependencies, features, checksum, yanked, links and
+    rust-version kept) under its own name and versions; its API answer is a real one's
+    (crate fields and each version's fields) under the same names."""
+    files, answer = real_shapes()
+    crate_template = dict(answer["crate"])  # type: ignore[call-overload]
+    version_template = dict(answer["versions"][0])  # type: ignore[index]
+    names = [f"scale-{i:05d}" for i in range(crates)]
+    for i, name in enumerate(names):
+        lines = files[i % len(files)]
+        numbers = [f"{v // 10}.{v % 10}.{i % 7}" for v in range(versions)]
+        index_lines = []
+        for v, vers in enumerate(numbers):
+            line = {**lines[v % len(lines)], "name": name, "vers": vers}
+            index_lines.append(json.dumps(line, separators=(",", ":")))
+        write_crate(
+            root,
+            name,
+            index_lines,
+            {
+                "crate": {**crate_template, "id": name, "name": name},
+                "versions": [
+                    {**version_template, "crate": name, "num": vers, "id": 1000 * i + v}
+                    for v, vers in enumerate(numbers)
+                ],
+                "keywords": answer.get("keywords", []),  # type: ignore[union-attr]
+                "categories": answer.get("categories", []),  # type: ignore[union-attr]
             },
         )
     return names
@@ -201,7 +254,7 @@ def crawl_run(
 
 
 def crawl_bench(
-    sizes: list[int], versions: int, baseline_src: str | None, repeat: int = 1
+    sizes: list[int], versions: int, baseline_src: str | None, repeat: int = 1, real: bool = False
 ) -> Table:
     """Each size run `repeat` times per tree, the trees' order alternating between rounds (a
     drift in the machine's load hits both alike); each column is the median of the rounds."""
@@ -214,7 +267,7 @@ def crawl_bench(
     rates: dict[tuple[str, int], float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        names = build_registry(root, max(sizes), versions)
+        names = (build_real_registry if real else build_registry)(root, max(sizes), versions)
         with TestOrigin(root / "index") as index, TestOrigin(root / "api") as api:
             for size in sizes:
                 seeds = root / f"seeds-{size}.txt"
@@ -259,7 +312,8 @@ def crawl_bench(
             ratio = rates[("this tree", size)] / rates[("baseline", size)]
             table.add_row("ratio", f"{size:,}", "", "", f"{ratio:.2f} ×", "", "", "")
     table.title = (
-        f"crates crawl into SQLite, {versions} versions a crate, limits lifted; median of"
+        f"crates crawl into SQLite, {versions} {'real-shaped ' if real else ''}versions a"
+        " crate, limits lifted; median of"
         f" {repeat} run(s) each (load average {min(loads):.1f}–{max(loads):.1f})"
     )
     return table
@@ -352,6 +406,12 @@ def main() -> None:
     parser.add_argument("--crawl-versions", type=int, default=30)
     parser.add_argument("--baseline-src", help="another src/ tree to run beside this one")
     parser.add_argument("--repeat", type=int, default=1, help="crawl runs per size and tree")
+    parser.add_argument(
+        "--shape",
+        choices=["real", "synthetic"],
+        default="real",
+        help="crawl: crates shaped like ../shared's real index files and API answers, or minimal",
+    )
     parser.add_argument("--frontier-urls", type=int, default=1_000_000)
     parser.add_argument("--frontier-seconds", type=float, default=10.0)
     parser.add_argument("--frontier-child", nargs=3, help=argparse.SUPPRESS)
@@ -363,7 +423,8 @@ def main() -> None:
     console = Console(width=120)  # the crawl table has eight columns
     if args.only == "crawl":
         sizes = [int(n) for n in args.crawl_sizes.split(",")]
-        console.print(crawl_bench(sizes, args.crawl_versions, args.baseline_src, args.repeat))
+        real = args.shape == "real"
+        console.print(crawl_bench(sizes, args.crawl_versions, args.baseline_src, args.repeat, real))
         return
     if args.only == "frontier":
         console.print(frontier_bench(args.frontier_urls, args.frontier_seconds))
