@@ -127,3 +127,45 @@ def test_the_zip_lane_gives_licenses_and_their_policy(origin: GoOrigin, tmp_path
     small = stagecrawl("go", "crawl", world.OLDSTYLE, "--db", f"sqlite:///{tmp_path / 's.db'}",
                        *world.urls(origin), "--zips", "1", "--zip-max-mb", "0.0001")  # fmt: skip
     assert small.returncode == 1 and "Traceback" not in small.stderr
+
+
+def test_an_advisory_on_a_mixed_case_module_hits_its_collected_versions(
+    tmp_path: Path,
+) -> None:
+    """Module paths are case-sensitive: `example.com/Mixed/Case` is stored as written, and
+    the import's scope and hits compare it as written (a lower-cased key found nothing)."""
+    path = "example.com/Mixed/Case"
+    server = GoOrigin()
+    for version in ("v1.0.0", "v1.1.0", "v1.2.0"):
+        server.publish(path, version, f"module {path}\n\ngo 1.22\n")
+    folder = tmp_path / "osv"
+    folder.mkdir()
+    (folder / "TEST-GO-0001.json").write_text(
+        json.dumps(
+            {
+                "id": "TEST-GO-0001",
+                "modified": "2026-11-01T00:00:00Z",
+                "affected": [
+                    {
+                        "package": {"ecosystem": "Go", "name": path},
+                        "ranges": [
+                            {"type": "SEMVER", "events": [{"introduced": "0"}, {"fixed": "1.2.0"}]}
+                        ],
+                    }
+                ],
+            }
+        )
+    )
+    db = tmp_path / "go.db"
+    url = f"sqlite:///{db}"
+    with server:
+        done = stagecrawl("go", "crawl", path, "--db", url, *world.urls(server, 50))
+        assert done.returncode == 0, done.stderr
+    imported = stagecrawl("go", "vulns", "--source", str(folder), "--db", url, "--format", "json")
+    assert imported.returncode == 0, imported.stderr
+    assert json.loads(imported.stdout)["in_scope"] == 1
+    hits = rows(db, "SELECT PRODUCT_KEY, VERSION FROM TB_COMP_LIB_VULN_GOLANG_HIT")
+    assert sorted((r["PRODUCT_KEY"], r["VERSION"]) for r in hits) == [
+        (path, "v1.0.0"),
+        (path, "v1.1.0"),
+    ]

@@ -91,6 +91,8 @@ def import_advisories(
         log.warning("OSV: %s (kept in RAW; audits say it could not be evaluated)", warning)
 
     raw, v1, hit = tables.raw, tables.v1, tables.hit
+    # stored keys compared as the registry keys them (case-folded, or as they are for Go)
+    key_of = ecosystem.product_key
     Keys2 = tuple[str, str]
     Stored = tuple[Any, Any, bool]  # MODIFIED, ALIASES, withdrawn
     Keys3 = tuple[str, str, str]
@@ -99,7 +101,7 @@ def import_advisories(
         conn: Connection,
     ) -> tuple[dict[Keys2, Stored], dict[Keys3, tuple[Any, Any]], dict[Keys3, Any], RegistryState]:
         stored = {
-            (r.OSV_ID, str(r.PRODUCT_KEY).lower()): (
+            (r.OSV_ID, key_of(str(r.PRODUCT_KEY))): (
                 r.MODIFIED,
                 r.ALIASES,
                 r.WITHDRAWN is not None,
@@ -111,13 +113,13 @@ def import_advisories(
             )
         }
         v1_now = {
-            (str(r.PRODUCT_KEY).lower(), r.VULN_ID, r.OSV_ID): (r.VULN_RANGE, r.MODIFIED)
+            (key_of(str(r.PRODUCT_KEY)), r.VULN_ID, r.OSV_ID): (r.VULN_RANGE, r.MODIFIED)
             for r in conn.execute(
                 select(v1.c.PRODUCT_KEY, v1.c.VULN_ID, v1.c.OSV_ID, v1.c.VULN_RANGE, v1.c.MODIFIED)
             )
         }
         hits_now = {
-            (str(r.PRODUCT_KEY).lower(), r.VERSION, r.OSV_ID): r.VULN_ID
+            (key_of(str(r.PRODUCT_KEY)), r.VERSION, r.OSV_ID): r.VULN_ID
             for r in conn.execute(
                 select(hit.c.PRODUCT_KEY, hit.c.VERSION, hit.c.OSV_ID, hit.c.VULN_ID)
             )
@@ -126,10 +128,10 @@ def import_advisories(
         return stored, v1_now, hits_now, state
 
     stored, v1_now, hits_now, state = db.read(read_stored)
-    known = {key.lower() for key in state.known}
+    known = {key_of(key) for key in state.known}
     # Each collected version parsed once, not once per advisory that names its package.
     parsed_versions: dict[str, list[tuple[str, OrderedVersion | None]]] = {
-        key.lower(): [(v, ecosystem.parsed(v)) for v in versions]
+        key_of(key): [(v, ecosystem.parsed(v)) for v in versions]
         for key, versions in state.collected.items()
     }
 
