@@ -123,6 +123,15 @@ def test_the_zip_lane_gives_licenses_and_their_policy(origin: GoOrigin, tmp_path
     check = stagecrawl("go", "licenses", "check", "--allow", "Apache-2.0", "--db", url,
                        "--format", "json")  # fmt: skip
     assert check.returncode == 1 and world.LOWER in check.stdout
+    # a go.mod of what is collected, checked against its licenses: the standard library it
+    # names (audited against the Go database) is no registry package, so no license unknown
+    gomod = tmp_path / "app" / "go.mod"
+    gomod.parent.mkdir()
+    gomod.write_text(f"module example.com/app\n\ngo 1.22\n\nrequire {world.LOWER} v0.2.0\n")
+    project = stagecrawl("go", "licenses", "check", "--lockfile", str(gomod), "--allow", "MIT",
+                         "--db", url, "--format", "json")  # fmt: skip
+    assert project.returncode == 0, project.stdout + project.stderr
+    assert "stdlib" not in project.stdout
     # a zip over the cap fails that module (on the retry ladder), never the run
     small = stagecrawl("go", "crawl", world.OLDSTYLE, "--db", f"sqlite:///{tmp_path / 's.db'}",
                        *world.urls(origin), "--zips", "1", "--zip-max-mb", "0.0001")  # fmt: skip

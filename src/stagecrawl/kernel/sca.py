@@ -19,7 +19,7 @@ from stagecrawl.components import download_fetcher, open_database
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.errors import ConfigError, InputError, StorageError
 from stagecrawl.kernel.lock import LockSources, read_lockfile, read_sources
-from stagecrawl.kernel.registry import LockInput, Registry
+from stagecrawl.kernel.registry import LockInput, Pin, Registry
 from stagecrawl.sca.ai import AiBackfillReport, AiLicenseClient, backfill_ai
 from stagecrawl.sca.audit import (
     CHUNK,
@@ -160,6 +160,8 @@ class AuditRequest:
 @dataclass
 class Gathered:
     packages: list[Package] = field(default_factory=list)
+    # audited, but no registry package: no license of ours to check (Go's standard library)
+    audit_only: list[Package] = field(default_factory=list)
     whole: list[str] = field(default_factory=list)  # names: every collected version of each
     skipped: int = 0  # lock entries not from the registry
     problems: list[str] = field(default_factory=list)  # inputs that could not be read
@@ -168,9 +170,9 @@ class Gathered:
     locks: list[LockInput] = field(default_factory=list)
 
 
-def lock_packages(registry: Registry[Any], lock: LockInput) -> list[Package]:
+def lock_packages(registry: Registry[Any], pins: list[Pin]) -> list[Package]:
     packages = []
-    for pin in [*lock.pins, *lock.audit_only]:
+    for pin in pins:
         package = registry.audit_package(pin.name, pin.version, pin.where)
         if pin.line is not None:
             package.lines[pin.where] = pin.line
@@ -180,7 +182,8 @@ def lock_packages(registry: Registry[Any], lock: LockInput) -> list[Package]:
 
 def add_lock(registry: Registry[Any], gathered: Gathered, lock: LockInput) -> None:
     gathered.locks.append(lock)
-    gathered.packages += lock_packages(registry, lock)
+    gathered.packages += lock_packages(registry, lock.pins)
+    gathered.audit_only += lock_packages(registry, lock.audit_only)
     gathered.skipped += sum(1 for u in lock.unaudited if not u.fails)
     gathered.unaudited += lock.unaudited
     gathered.notes += lock.notes
@@ -292,7 +295,8 @@ def audit_gathered(
     config: GateConfig,
 ) -> AuditReport:
     """The gathered versions against the registry's stored advisories, through the gate."""
-    packages = gathered.packages + collected_packages(db, registry, gathered.whole)
+    packages = gathered.packages + gathered.audit_only
+    packages += collected_packages(db, registry, gathered.whole)
     report = audit_packages(db, registry, packages, denied)
     report.skipped = gathered.skipped
     report.problems = gathered.problems + report.problems
