@@ -8,7 +8,7 @@ files and its pin syntax. Each function returns a report for the command to rend
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -340,15 +340,27 @@ async def run_audit(
 def collected_licenses(
     db: Database, registry: Registry[Any], packages: list[Package]
 ) -> dict[tuple[str, str], tuple[str | None, str | None]]:
-    """The license of each audited version that is collected (for the CycloneDX BOM)."""
-    wanted = {p.key for p in packages}
+    """The license of each audited version that is collected (for the CycloneDX BOM), by
+    the package's key; versions compared by the registry's equality (PyPI's pin `3.13.0` is
+    the `3.13` collected)."""
+    wanted = _by_version_key(registry, packages)
     names = sorted({p.key[0] for p in packages})
     result: dict[tuple[str, str], tuple[str | None, str | None]] = {}
     with db.reading() as conn:
         for key, _name, version, expression, text in registry.versions(db).licenses(conn, names):
-            if (key, version) in wanted:
-                result[(key, version)] = (expression, text)
+            for package in wanted.get((key, registry.version_key(version)), ()):
+                result[package.key] = (expression, text)
     return result
+
+
+def _by_version_key(
+    registry: Registry[Any], packages: list[Package]
+) -> dict[tuple[str, Hashable], list[Package]]:
+    wanted: dict[tuple[str, Hashable], list[Package]] = {}
+    for package in packages:
+        name, version = package.key
+        wanted.setdefault((name, registry.version_key(version)), []).append(package)
+    return wanted
 
 
 def yanked_packages(
@@ -358,7 +370,7 @@ def yanked_packages(
     known to be yanked: it is not listed)."""
     table = registry.tables(db).version
     fold = registry.decl.names.fold
-    wanted = {p.key: p for p in packages}
+    wanted = _by_version_key(registry, packages)
     names = sorted({p.key[0] for p in packages})
     found: list[Package] = []
     with db.reading() as conn:
@@ -371,9 +383,8 @@ def yanked_packages(
                 )
             )
             for row in rows:
-                package = wanted.get((fold(str(row.PRODUCT_KEY)), str(row.VERSION)))
-                if package is not None:
-                    found.append(package)
+                key = (fold(str(row.PRODUCT_KEY)), registry.version_key(str(row.VERSION)))
+                found += wanted.get(key, ())
     return found
 
 
