@@ -10,7 +10,7 @@ from pathlib import Path
 from sqlalchemy import select
 
 from stagecrawl.storage.db import Database
-from stagecrawl.testing.pypi_origin import PyPIOrigin
+from stagecrawl.testing.pypi_origin import PyPIOrigin, synthetic_project
 from tests.cli import stagecrawl
 from tests.pypi.kernel import client, collect, refresh, tables
 from tests.pypi.test_pipeline import rows
@@ -89,3 +89,75 @@ def test_refresh_command(pypi: PyPIOrigin, tmp_path: Path) -> None:
     document = json.loads(done.stdout)
     assert document["refresh"]["new_events"] == 1
     assert document["collect"]["collected"] == 1
+
+
+def test_a_refresh_of_400_projects_with_4_changed_costs_what_changed(tmp_path: Path) -> None:
+    """Issue 33: 400 stored projects, 4 changed (two new versions, a yank, a metadata change):
+    the refresh reads the root listing once and asks the 4 whose serial moved — its requests
+    follow the 4, not the 400 (before: one per stored project) — and stores exactly the
+    changes (a rerun finds nothing)."""
+    origin = PyPIOrigin()
+    names = [f"held-{i:03d}" for i in range(400)]
+    for name in names:
+        origin.add_project(synthetic_project(name, 2))
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    with origin:
+        args = [
+            *("--index-url", f"{origin.url}/simple/", "--api-url", f"{origin.url}/"),
+            *("--contact", "t@example.org", "--db", url, "--format", "json"),
+            *("--index-rate", "500", "--api-rate", "500", "--files-rate", "500"),
+        ]
+        seeds = tmp_path / "seeds.txt"
+        seeds.write_text("\n".join(names))
+        crawled = stagecrawl("pypi", "crawl", "--file", str(seeds), *args)
+        assert crawled.returncode == 0, crawled.stderr
+        before = Database(url)
+        stored = {table: rows(before, table) for table in ("version", "product")}
+        before.dispose()
+
+        add_release(origin, "held-007", "1.0.2")
+        add_release(origin, "held-123", "1.0.2")
+        origin.yank("held-250", "1.0.0", "broken")
+        changed = origin.project("held-399")
+        for f in changed.page["files"]:
+            f["requires-python"] = ">=3.10"
+        changed.last_serial += 1
+        asked = len(origin.log)
+        done = stagecrawl("pypi", "refresh", *args)
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout)
+        sent = len(origin.log) - asked
+        assert report["refresh"]["checked"] == 4
+        assert sorted(report["refresh"]["changed"]) == [
+            "held-007",
+            "held-123",
+            "held-250",
+            "held-399",
+        ]
+        # the root listing, the 4 pages, and the collect of the 2 new versions (their project
+        # answers and files): in proportion to the 4, where asking each stored project was 400
+        assert sent <= 4 * 4 + 1, [r.path for r in origin.log[asked:]]
+        assert sum(report["requests"].values()) == sent
+
+        again = stagecrawl("pypi", "refresh", *args)
+        assert again.returncode == 0, again.stderr
+        assert json.loads(again.stdout)["refresh"]["checked"] == 0
+    after = Database(url)
+    version = {(r["PRODUCT_KEY"], r["VERSION"]): r for r in rows(after, "version")}
+    product = {r["PRODUCT_KEY"]: r for r in rows(after, "product")}
+    after.dispose()
+    old_version = {(r["PRODUCT_KEY"], r["VERSION"]): r for r in stored["version"]}
+    assert set(version) - set(old_version) == {("held-007", "1.0.2"), ("held-123", "1.0.2")}
+    assert (
+        version[("held-250", "1.0.0")]["YANKED"]
+        and not old_version[("held-250", "1.0.0")]["YANKED"]
+    )
+    untouched = [k for k in old_version if k[0] not in {"held-250"}]
+    volatile = {"LAST_UPDATED"}
+    for key in untouched:
+        assert {c: v for c, v in version[key].items() if c not in volatile} == {
+            c: v for c, v in old_version[key].items() if c not in volatile
+        }, key
+    old_product = {r["PRODUCT_KEY"]: r for r in stored["product"]}
+    moved = {k for k in product if product[k]["LAST_SERIAL"] != old_product[k]["LAST_SERIAL"]}
+    assert moved == {"held-007", "held-123", "held-250", "held-399"}

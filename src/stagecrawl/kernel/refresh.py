@@ -181,6 +181,7 @@ class RefreshRunReport:
     collected: CollectReport | None = None
     settings: dict[str, Any] = field(default_factory=dict)  # what the run's parts used
     requests: dict[str, int] = field(default_factory=dict)  # per lane, refresh and collect
+    rate_limited: dict[str, int] = field(default_factory=dict)  # 429s per lane, the same
 
     @property
     def problems(self) -> bool:
@@ -204,6 +205,9 @@ class RefreshRunReport:
         waiting = self.waiting
         if waiting is not None:
             document["waiting"] = waiting.as_json()
+        # the whole run's, refresh and collect: said whether or not anything was collected
+        document["requests"] = dict(sorted(self.requests.items()))
+        document["rate_limited"] = dict(sorted(self.rate_limited.items()))
         document["settings"] = self.settings
         return document
 
@@ -238,5 +242,6 @@ async def run_refresh(
                 )
             loops.update(report.collected.loops)
         report.settings = effective(fetcher, loops) | {"lease_seconds": settings.lease_seconds}
-        report.requests = dict(fetcher.stats.requests)
+        report.requests = {lane: n for lane, n in fetcher.stats.requests.items() if n}
+        report.rate_limited = {lane: n for lane, n in fetcher.stats.rate_limited.items() if n}
     return report
