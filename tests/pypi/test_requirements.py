@@ -14,7 +14,9 @@ from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 
 from stagecrawl.errors import InputError
-from stagecrawl.pypi.locks import parse_lock, read_lock
+from stagecrawl.kernel.lock import read_lockfile
+from stagecrawl.pypi.locks import parse_lock
+from stagecrawl.pypi.plugin import REGISTRY as PYPI
 from stagecrawl.sca.cyclonedx import audit_cyclonedx
 from stagecrawl.sca.ecosystem import utcnow
 from stagecrawl.sca.markdown import audit_markdown
@@ -85,7 +87,7 @@ def test_includes_options_and_a_vcs_line_as_pip_reads_them(
         "-e ./local-lib\n"
         "./vendor/thing-1.0.tar.gz\n"
     )
-    lock = read_lock(lock_path)
+    lock = read_lockfile(PYPI, lock_path)
     pins = {(r.name, r.version, r.where, r.line) for r in lock.pins}
     assert pins == {
         ("requests", "2.19.0", str(tmp_path / "reqs" / "base.txt"), 2),
@@ -114,10 +116,10 @@ def test_a_missing_include_and_a_line_that_is_no_requirement_are_one_line_errors
     lock = tmp_path / "requirements.txt"
     lock.write_text("six==1.16.0\n-r missing.txt\n")
     with pytest.raises(InputError, match=r"requirements.txt line 2: cannot read -r missing.txt"):
-        read_lock(lock)
+        read_lockfile(PYPI, lock)
     lock.write_text("this is not a requirement at all !!\n")
     with pytest.raises(InputError, match="line 1: not a requirement"):
-        read_lock(lock)
+        read_lockfile(PYPI, lock)
 
 
 def test_the_cli_audits_an_included_file_and_names_the_vcs_pin(
@@ -183,7 +185,7 @@ def test_non_index_sources_of_lock_files_are_named_and_strict_fails_on_them(
         'url = "https://github.com/pallets/werkzeug"\ncommit-id = "9b1123a7"\n'
     )
     for path in (uv, poetry, pylock):
-        [named] = read_lock(path).unaudited
+        [named] = read_lockfile(PYPI, path).unaudited
         assert (named.name, named.version) == ("werkzeug", "0.15.0"), path
         assert "git https://github.com/pallets/werkzeug" in named.reason, path
     report = audit(advisories, [], [uv])

@@ -85,15 +85,6 @@ def parse_lock(
     return parse_pylock(document, where)
 
 
-def read_lock(path: Path) -> LockInput:
-    """A lock file from disk (a requirements file with its includes)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read {path}: {exc}") from None
-    return parse_lock(text, path.name, str(path), path)
-
-
 def _pin(name: Any, version: Any, where: str, line: int | None = None) -> Pin:
     if not isinstance(name, str) or name_problem(name):
         raise InputError(f"{where}: a package has no valid name ({name!r})")

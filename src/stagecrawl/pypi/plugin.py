@@ -141,14 +141,14 @@ class Pypi(Registry[PyPIClient]):
     def write(self, conn: Connection, db: Database, rows: Sequence[Any]) -> None:
         version_rows = [row for versions, _product in rows for row in versions]
         if version_rows:
-            tables.versions(db).upsert(conn, version_rows)
-        tables.products(db).upsert(conn, [product for _versions, product in rows])
+            self.versions(db).upsert(conn, version_rows)
+        self.products(db).upsert(conn, [product for _versions, product in rows])
 
     # -- refresh: conditional GETs of the Simple pages ------------------------------------
 
     def refresh_targets(self, db: Database, names: Sequence[str]) -> list[RefreshTarget]:
         with db.reading() as conn:
-            etags: dict[str, Any] = tables.products(db).column(conn, "ETAG")
+            etags: dict[str, Any] = self.products(db).column(conn, "ETAG")
         wanted = [normalize(n) for n in names] if names else sorted(etags)
         return [RefreshTarget(name, name, etags.get(name)) for name in wanted]
 
@@ -166,7 +166,7 @@ class Pypi(Registry[PyPIClient]):
             why = explain_failure(exc)
             return RefreshPlan(targets, note=f"no root listing ({why}): every project asked")
         with db.reading() as conn:
-            stored: dict[str, Any] = tables.products(db).column(conn, "LAST_SERIAL")
+            stored: dict[str, Any] = self.products(db).column(conn, "LAST_SERIAL")
         changed = [
             # moved: asked whole (a 304 to the stored ETag would leave the old serial stored,
             # and the project asked again by every refresh); unknown: asked conditionally
