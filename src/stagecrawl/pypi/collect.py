@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from stagecrawl.errors import NotFound
 from stagecrawl.pypi.client import MetadataMismatch, PyPIClient, SimplePage
 from stagecrawl.pypi.deps import dependencies
 from stagecrawl.pypi.jsonapi import ApiRelease
@@ -135,10 +134,7 @@ async def _metadata_facts(client: PyPIClient, release: SimpleRelease) -> Version
 
 
 async def _api_facts(client: PyPIClient, display: str, facts: VersionFacts) -> None:
-    try:
-        facts.api = await client.release(display, facts.release.version)
-    except NotFound:
-        facts.api = None
+    facts.api = await client.release(display, facts.release.version)  # None: not there
     if facts.api is not None:
         facts.source = "json-api"
 

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
 from sqlalchemy import Connection
 
 from stagecrawl.engine.fetcher import Fetcher, Validators
@@ -85,10 +84,8 @@ class Pypi(Registry[PyPIClient]):
 
     def check_version(self, name: str, version: str) -> str:
         super().check_version(name, version)
-        try:
-            Version(version)
-        except InvalidVersion:
-            raise InputError(f"{name} {version}: not a PEP 440 version") from None
+        if not is_valid(version):
+            raise InputError(f"{name} {version}: not a PEP 440 version")
         return version
 
     # -- sources ----------------------------------------------------------------------------
