@@ -10,10 +10,11 @@ from stagecrawl.pypi.deps import dependencies, dependency
 from stagecrawl.pypi.jsonapi import parse_json_api
 from stagecrawl.pypi.licenses import classifier_expression, declared_license
 from stagecrawl.pypi.metadata import parse_core_metadata
-from stagecrawl.pypi.names import name_problem, normalize, product_key
+from stagecrawl.pypi.names import name_problem, normalize
+from stagecrawl.pypi.plugin import REGISTRY
 from stagecrawl.pypi.simple import SimpleFormatError, parse_simple_page, version_of
 from stagecrawl.pypi.tables import PEP440
-from stagecrawl.pypi.versions import sorted_versions
+from stagecrawl.pypi.versions import sort_key
 from stagecrawl.storage.owners import latest_version
 from stagecrawl.testing.pypi_origin import SIMPLE_JSON, PyPIOrigin
 from tests.pypi.conftest import PYPI_SHARED
@@ -30,7 +31,7 @@ def page(pypi: PyPIOrigin, name: str) -> bytes:
 def test_names() -> None:
     assert normalize("discord.py") == "discord-py"
     assert normalize("Foo__Bar-.baz") == "foo-bar-baz"
-    assert product_key("PyYAML") == "pyyaml"
+    assert REGISTRY.product_key("PyYAML") == "pyyaml"  # rows are keyed by the PEP 503 name
     assert name_problem("requests") is None
     assert name_problem("-bad") is not None
     assert name_problem("a b") is not None
@@ -39,7 +40,7 @@ def test_names() -> None:
 
 def test_versions_invalid_kept_below_valid() -> None:
     listed = ["1.10", "unknown", "1.1.4", ".9", "2.0rc1", "2020.12.5.10.49"]
-    assert sorted_versions(listed) == [
+    assert sorted(listed, key=sort_key) == [
         ".9",
         "unknown",
         "1.1.4",

@@ -14,7 +14,9 @@ from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 
 from stagecrawl.errors import InputError
-from stagecrawl.pypi.locks import parse_lock, read_lock
+from stagecrawl.kernel.lock import read_lockfile
+from stagecrawl.pypi.locks import parse_lock
+from stagecrawl.pypi.plugin import REGISTRY as PYPI
 from stagecrawl.sca.cyclonedx import audit_cyclonedx
 from stagecrawl.sca.ecosystem import utcnow
 from stagecrawl.sca.markdown import audit_markdown
@@ -85,16 +87,15 @@ def test_includes_options_and_a_vcs_line_as_pip_reads_them(
         "-e ./local-lib\n"
         "./vendor/thing-1.0.tar.gz\n"
     )
-    lock = read_lock(lock_path)
-    pins = {(r.name, r.version, r.where, r.line) for r in lock.releases}
+    lock = read_lockfile(PYPI, lock_path)
+    pins = {(r.name, r.version, r.where, r.line) for r in lock.pins}
     assert pins == {
         ("requests", "2.19.0", str(tmp_path / "reqs" / "base.txt"), 2),
         # -r inside a constraint file is a requirements file again (pip); ${SIX_VERSION} read
         ("six", "1.16.0", str(tmp_path / "reqs" / "extra.txt"), 1),
-        ("flask", "2.0.1", "", 5),  # flask>=2, pinned by the constraint
+        ("flask", "2.0.1", str(lock_path), 5),  # flask>=2, pinned by the constraint
     }
-    assert next(r for r in lock.releases if r.name == "requests").hashes == (HASH, HASH)
-    skipped = {(p.name, p.reason.split(" (")[0], p.fails) for p in lock.not_audited}
+    skipped = {(p.name, p.reason.split(" (")[0], p.fails) for p in lock.unaudited}
     assert skipped == {
         ("mypkg", "not pinned", True),
         ("werkzeug", "a VCS checkout", False),
@@ -115,10 +116,10 @@ def test_a_missing_include_and_a_line_that_is_no_requirement_are_one_line_errors
     lock = tmp_path / "requirements.txt"
     lock.write_text("six==1.16.0\n-r missing.txt\n")
     with pytest.raises(InputError, match=r"requirements.txt line 2: cannot read -r missing.txt"):
-        read_lock(lock)
+        read_lockfile(PYPI, lock)
     lock.write_text("this is not a requirement at all !!\n")
     with pytest.raises(InputError, match="line 1: not a requirement"):
-        read_lock(lock)
+        read_lockfile(PYPI, lock)
 
 
 def test_the_cli_audits_an_included_file_and_names_the_vcs_pin(
@@ -184,7 +185,7 @@ def test_non_index_sources_of_lock_files_are_named_and_strict_fails_on_them(
         'url = "https://github.com/pallets/werkzeug"\ncommit-id = "9b1123a7"\n'
     )
     for path in (uv, poetry, pylock):
-        [named] = read_lock(path).not_audited
+        [named] = read_lockfile(PYPI, path).unaudited
         assert (named.name, named.version) == ("werkzeug", "0.15.0"), path
         assert "git https://github.com/pallets/werkzeug" in named.reason, path
     report = audit(advisories, [], [uv])
@@ -238,9 +239,31 @@ def test_a_version_pep_440_cannot_read_is_reported_the_same_in_every_lock(
 ) -> None:
     path = tmp_path / name
     path.write_text(text)
-    assert [(r.name, r.version) for r in parse_lock(text, name).pins()] == [("six", "not.a.ver")]
+    assert [(r.name, r.version) for r in parse_lock(text, name).pins] == [("six", "not.a.ver")]
     report = audit(advisories, [], [path])
     [unaudited] = report.unaudited
     assert (unaudited.name, unaudited.version, unaudited.fails) == ("six", "not.a.ver", True)
     assert "not a PEP 440 version" in unaudited.reason
     assert report.hits == [] and report.exit_code == 1  # never a silent all-clear
+
+
+@pytest.mark.parametrize(
+    ("text", "pins", "unaudited"),
+    [
+        # options pip no longer reads (23.1 dropped --install-option; the legacy ones long ago)
+        ("six==1.0 --install-option=--x\n", [], [("six==1.0 --install-option=--x", True)]),
+        ("--allow-external six\nsix==1.0\n", [("six", "1.0")], [("--allow-external six", True)]),
+        # the options pip added since: per requirement, and a line of their own
+        ("six==1.0 -C a=b --config-settings c=d\n--no-deps-for six\n", [("six", "1.0")], []),
+        # pip follows one include a line (`-r` first): the `-c` beside it is not read
+        ("-r base.txt -c constraints.txt\n", [], [("base.txt", True)]),
+        # a wheel names its project; an empty marker is no marker (pip)
+        ("./dist/thing-1.0-py3-none-any.whl\nsix==1.0;\n", [("six", "1.0")], [("thing", False)]),
+    ],
+)
+def test_options_and_lines_as_pip_reads_them_now(
+    text: str, pins: list[tuple[str, str]], unaudited: list[tuple[str, bool]]
+) -> None:
+    lock = parse_lock(text, "requirements.txt")
+    assert [(p.name, p.version) for p in lock.pins] == pins
+    assert [(u.name, u.fails) for u in lock.unaudited] == unaudited

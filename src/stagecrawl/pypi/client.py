@@ -15,8 +15,6 @@ from stagecrawl.pypi.metadata import CoreMetadata, parse_core_metadata
 from stagecrawl.pypi.names import normalize
 from stagecrawl.pypi.simple import SIMPLE_JSON, DistFile, SimpleProject, parse_simple_page
 
-DEFAULT_INDEX_URL = "https://pypi.org/simple/"
-DEFAULT_API_URL = "https://pypi.org/"
 FILES_HOST = "https://files.pythonhosted.org/"  # the files lane's home; chosen by name anyway
 INDEX, API, FILES = "index", "api", "files"
 FRESH_PAGES = 4096  # Simple pages a seed fetched, kept for the collector of the same run

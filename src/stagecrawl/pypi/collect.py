@@ -11,23 +11,22 @@ the first upload, often an sdist that never reported them.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from stagecrawl.errors import NotFound
 from stagecrawl.pypi.client import MetadataMismatch, PyPIClient, SimplePage
 from stagecrawl.pypi.deps import dependencies
 from stagecrawl.pypi.jsonapi import ApiRelease
 from stagecrawl.pypi.licenses import declared_license
-from stagecrawl.pypi.metadata import CoreMetadata
-from stagecrawl.pypi.names import product_key
+from stagecrawl.pypi.metadata import NOTHING_DECLARED, CoreMetadata
+from stagecrawl.pypi.names import normalize
 from stagecrawl.pypi.simple import SimpleRelease
 from stagecrawl.pypi.tables import LANGUAGE, PEP440, REPOSITORY
 from stagecrawl.pypi.versions import is_valid, version_key
 from stagecrawl.sca.matcher import LicenseMatcher
+from stagecrawl.storage.db import dumps
 from stagecrawl.storage.owners import latest_version
 
 PROJECT_PAGE = "https://pypi.org/project/"
@@ -135,10 +134,7 @@ async def _metadata_facts(client: PyPIClient, release: SimpleRelease) -> Version
 
 
 async def _api_facts(client: PyPIClient, display: str, facts: VersionFacts) -> None:
-    try:
-        facts.api = await client.release(display, facts.release.version)
-    except NotFound:
-        facts.api = None
+    facts.api = await client.release(display, facts.release.version)  # None: not there
     if facts.api is not None:
         facts.source = "json-api"
 
@@ -157,10 +153,6 @@ def _release_date(release: SimpleRelease) -> datetime | None:
         return None
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), sort_keys=True)
-
-
 def version_row(
     project: CollectedProject,
     facts: VersionFacts,
@@ -171,28 +163,13 @@ def version_row(
     free-text License field is standardised as for crates and the chosen expression fills
     STANDARD_LICENSE, LICENSE_IDS and LICENSE_EXPRESSION; without, the expression is kept
     as declared (License-Expression or the classifier table)."""
-    release, meta, api = facts.release, facts.metadata, facts.api
+    release = facts.release
+    declared = facts.metadata or facts.api or NOTHING_DECLARED
     standardise = None if licenses is None else (lambda t: licenses.standardise(t).expression)
-    if meta is not None:
-        requires: tuple[str, ...] | None = meta.requires_dist
-        extras: tuple[str, ...] | None = meta.provides_extra
-        license_ = declared_license(
-            meta.license_expression, meta.license, meta.classifiers, standardise
-        )
-        summary, urls, requires_python = meta.summary, meta.project_urls, meta.requires_python
-        home = meta.home_page
-    elif api is not None:
-        requires, extras = api.requires_dist, api.provides_extra
-        license_ = declared_license(
-            api.license_expression, api.license, api.classifiers, standardise
-        )
-        summary, urls, requires_python = api.summary, api.project_urls, api.requires_python
-        home = api.home_page
-    else:
-        requires, extras, summary, urls, home = None, None, None, {}, None
-        license_ = declared_license(None, None, (), standardise)
-        requires_python = None
-    deps = dependencies(requires)
+    license_ = declared_license(
+        declared.license_expression, declared.license, declared.classifiers, standardise
+    )
+    deps = dependencies(declared.requires_dist)
     features: dict[str, list[str]] = {}
     for dep in deps or []:
         if dep.get("extra"):
@@ -204,29 +181,29 @@ def version_row(
     return {
         "LANGUAGE": LANGUAGE,
         "REPOSITORY": REPOSITORY,
-        "PRODUCT_KEY": product_key(project.name),
+        "PRODUCT_KEY": normalize(project.name),
         "VERSION": release.version,
         "NAME": project.display_name,
-        "DESCRIPTION": summary,
+        "DESCRIPTION": declared.summary,
         "LICENSE": license_.text,
         "STANDARD_LICENSE": standard.standard_license if standard else None,
         "LICENSE_IDS": standard.license_ids if standard else None,
         "LICENSE_EXPRESSION": expression,
         "LICENSE_AI": None,
-        "DEPENDENCIES": None if deps is None else _dumps(deps),
-        "FEATURES": _dumps(features),
+        "DEPENDENCIES": None if deps is None else dumps(deps),
+        "FEATURES": dumps(features),
         "CHECKSUM": next((f.hashes.get("sha256") for f in release.files if f.hashes), None),
         "YANKED": release.yanked,
         "URL": f"{PROJECT_PAGE}{project.name}/{release.version}/",
-        "SCM": _dumps({"home_page": home, "project_urls": urls}),
+        "SCM": dumps({"home_page": declared.home_page, "project_urls": declared.project_urls}),
         "DOWNLOADS": None,
         "RELEASE_DATE": _release_date(release),
         "LAST_UPDATED": now,
         # PyPI's own facts
         "YANKED_REASON": release.yanked_reason,
-        "REQUIRES_PYTHON": release.requires_python or requires_python,
-        "EXTRAS": None if extras is None else _dumps(list(extras)),
-        "FILES": _dumps([f.as_row() for f in release.files]),
+        "REQUIRES_PYTHON": release.requires_python or declared.requires_python,
+        "EXTRAS": None if declared.provides_extra is None else dumps(list(declared.provides_extra)),
+        "FILES": dumps([f.as_row() for f in release.files]),
         "DEPENDENCY_SOURCE": facts.source,
         "LICENSE_SOURCE": license_.source,
         "VERSION_VALID": is_valid(release.version),
@@ -240,17 +217,17 @@ def product_row(project: CollectedProject, now: datetime) -> dict[str, Any]:
     return {
         "LANGUAGE": LANGUAGE,
         "REPOSITORY": REPOSITORY,
-        "PRODUCT_KEY": product_key(project.name),
+        "PRODUCT_KEY": normalize(project.name),
         "NAME": project.display_name,
         "DESCRIPTION": api.summary if api else None,
         "LATEST_VERSION": rule.latest,
         "COMP_STATUS": rule.status,
         "URL": f"{PROJECT_PAGE}{project.name}/",
-        "SCM": _dumps({"home_page": api.home_page, "project_urls": api.project_urls})
+        "SCM": dumps({"home_page": api.home_page, "project_urls": api.project_urls})
         if api
         else None,
         "KEYWORDS": None,
-        "CATEGORIES": _dumps(list(api.classifiers)) if api else None,
+        "CATEGORIES": dumps(list(api.classifiers)) if api else None,
         "DOWNLOADS": None,
         "VERSION_COUNT": len(pairs),
         "LAST_UPDATED": now,
@@ -258,5 +235,5 @@ def product_row(project: CollectedProject, now: datetime) -> dict[str, Any]:
         "PROJECT_STATUS": project.page.project.status,
         "LAST_SERIAL": project.page.last_serial,
         "ETAG": project.page.validators.etag,
-        "INVALID_VERSIONS": _dumps(project.invalid_versions) if project.invalid_versions else None,
+        "INVALID_VERSIONS": dumps(project.invalid_versions) if project.invalid_versions else None,
     }

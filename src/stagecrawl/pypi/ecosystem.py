@@ -4,20 +4,18 @@ database."""
 
 from __future__ import annotations
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from stagecrawl.pypi.names import normalize
-from stagecrawl.pypi.versions import sort_key
+from stagecrawl.pypi.versions import parse, sort_key
 from stagecrawl.sca.ecosystem import Ecosystem
 
 
 def normalised(version: str) -> str:
     """The PEP 440 normal form (`v23.9.0` → `23.9.0`, `2.0.0RC1` → `2.0.0rc1`, `3.0-1` →
     `3.0.post1`); a version that is not PEP 440 as written."""
-    try:
-        return str(Version(version))
-    except InvalidVersion:
-        return version
+    parsed = parse(version)
+    return version if parsed is None else str(parsed)
 
 
 PYPI = Ecosystem(

@@ -9,22 +9,14 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from stagecrawl.pypi.metadata import Declared
 from stagecrawl.pypi.simple import SimpleFormatError
 
 
 @dataclass(frozen=True)
-class ApiRelease:
+class ApiRelease(Declared):
     display_name: str
     version: str | None
-    summary: str | None
-    license: str | None
-    license_expression: str | None
-    classifiers: tuple[str, ...]
-    requires_dist: tuple[str, ...] | None  # None: the API does not know (not "no dependencies")
-    requires_python: str | None
-    provides_extra: tuple[str, ...] | None
-    project_urls: dict[str, str]
-    home_page: str | None
     yanked: bool
     yanked_reason: str | None
     last_serial: int | None

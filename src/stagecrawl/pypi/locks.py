@@ -2,84 +2,36 @@
 commits — `requirements.txt` pins (read as pip reads them), `poetry.lock` (lock-version 1.1 to
 2.1), `uv.lock` and `pylock.toml` (PEP 751) — directly or at each tag of a git repository.
 
-There is no resolver: a project without a lock file has no pins here, and a requirement that is
-not pinned with `==` is reported as unpinned, never guessed. A package that does not come from
-a package index (editable, path, git, URL) is named with its version, where the lock says it,
-and why it is not audited (`LockFile.not_audited`): it never passes for clean.
+Each is read into the kernel's `LockInput`. There is no resolver: a project without a lock file
+has no pins here, and a requirement that is not pinned with `==` is reported as unpinned, never
+guessed. A package that does not come from a package index (editable, path, git, URL) is named
+with its version, where the lock says it, and why it is not audited (`LockInput.unaudited`): it
+never passes for clean.
 """
 
 from __future__ import annotations
 
-import optparse
 import os
 import re
 import shlex
 import tempfile
 import tomllib
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packaging.requirements import InvalidRequirement, Requirement
+import pip_requirements_parser as pip_req
 from packaging.specifiers import SpecifierSet
 
 from stagecrawl.engine.git import GitRepo
 from stagecrawl.errors import InputError
+from stagecrawl.kernel.registry import LockInput, Pin
 from stagecrawl.pypi.names import name_problem, normalize
+from stagecrawl.sca.audit import Unaudited
 
 REQUIREMENTS, POETRY, UV, PYLOCK = "requirements", "poetry.lock", "uv.lock", "pylock.toml"
 LOCK_NAMES = ("poetry.lock", "uv.lock", "pylock.toml", "requirements.txt")
+NOT_FROM_INDEX = "not from a package index"
 _PYLOCK_NAME = re.compile(r"^pylock\.([^.]+\.)?toml$")
-
-
-@dataclass(frozen=True)
-class LockedRelease:
-    name: str  # normalised
-    version: str
-    hashes: tuple[str, ...] = ()
-    where: str = ""  # the file it is pinned in, when not the lock itself (a `-r` include)
-    line: int | None = None  # its line there (requirements files)
-
-
-@dataclass(frozen=True)
-class SkippedPin:
-    """A package of a lock that is not audited, and why: it does not come from a package
-    index (git, URL, path, editable…: `version` where the lock says it), or it is not pinned
-    (`fails`: nothing can be said of it, so the audit fails)."""
-
-    name: str  # the project's name, or the line itself when the line does not say it
-    version: str | None
-    where: str  # "requirements.txt line 6", "uv.lock"
-    reason: str
-    fails: bool = False
-
-
-@dataclass
-class LockFile:
-    kind: str
-    where: str
-    releases: list[LockedRelease] = field(default_factory=list)
-    unpinned: list[str] = field(default_factory=list)  # requirement lines without ==
-    skipped: list[str] = field(default_factory=list)  # not from a package index
-    not_audited: list[SkippedPin] = field(default_factory=list)  # the two above, named
-    notes: list[str] = field(default_factory=list)  # what was read otherwise than asked
-
-    def pins(self) -> list[LockedRelease]:
-        """Each (name, version) once, sorted."""
-        unique: dict[tuple[str, str], LockedRelease] = {}
-        for release in self.releases:
-            unique.setdefault((release.name, release.version), release)
-        return [unique[k] for k in sorted(unique)]
-
-    def skip(self, pin: SkippedPin, text: str) -> None:
-        """A package not from a package index: named, not audited."""
-        self.skipped.append(text)
-        self.not_audited.append(pin)
-
-    def unpin(self, pin: SkippedPin, text: str) -> None:
-        """A requirement that is not a pin: reported, never guessed."""
-        self.unpinned.append(text)
-        self.not_audited.append(pin)
 
 
 def kind_of(path: str, text: str) -> str:
@@ -114,7 +66,7 @@ def parse_lock(
     where: str | None = None,
     file: Path | None = None,
     root: Path | None = None,
-) -> LockFile:
+) -> LockInput:
     """Any supported lock file. Raises InputError (one line, naming `where`) when malformed.
     `file` is where the text was read from: a requirements file's `-r`/`-c` includes are read
     relative to it (none of them outside `root`, when given)."""
@@ -133,124 +85,63 @@ def parse_lock(
     return parse_pylock(document, where)
 
 
-def read_lock(path: Path) -> LockFile:
-    """A lock file from disk (a requirements file with its includes)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read {path}: {exc}") from None
-    return parse_lock(text, path.name, str(path), path)
-
-
-def _release(
-    name: Any, version: Any, where: str, hashes: list[str], line: int | None = None, at: str = ""
-) -> LockedRelease:
+def _pin(name: Any, version: Any, where: str, line: int | None = None) -> Pin:
     if not isinstance(name, str) or name_problem(name):
         raise InputError(f"{where}: a package has no valid name ({name!r})")
     if not isinstance(version, str) or not version.strip():
         raise InputError(f"{where}: package {name} has no version")
-    return LockedRelease(normalize(name), version.strip(), tuple(hashes), at, line)
+    return Pin(normalize(name), version.strip(), where, line)
 
 
-# -- requirements files, as pip reads them (pip/_internal/req/req_file.py) ------------------
+# -- requirements files, as pip reads them -------------------------------------------------
+# pip-requirements-parser (pip's own req_file.py and req constructors) makes the logical lines
+# (continuations, comments), splits a line into its requirement and its options, and tells
+# what a requirement is (a name and specifier, a URL, a VCS checkout, a path, an editable).
+# Kept here because the library does not do them (it reads its files itself, follows includes
+# without a cycle check, and knows pip 22's options): `${VAR}` expansion, the options pip
+# added since, includes (each once, never outside the tree nor over the network), constraints
+# pinning requirements, and what is not audited and why.
 
-# pip: a comment starts at `#` at the line's start or after whitespace
-_COMMENT = re.compile(r"(^|\s+)#.*$")
 # pip expands only `${NAME}` (upper-case letters, digits, `_`), from the environment
 _ENV_VAR = re.compile(r"\$\{([A-Z0-9_]+)\}")
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-_VCS = ("git+", "hg+", "svn+", "bzr+")
-_ARCHIVES = (".whl", ".zip", ".tar.gz", ".tgz", ".tar.bz2", ".tbz", ".tar.xz", ".txz", ".tar")
 # a pin packaging cannot read (`foo==not.a.ver`): read as a pin of an unreadable version, as
 # poetry.lock, uv.lock and pylock.toml pins are, and reported by the audit
 _LOOSE_PIN = re.compile(
     r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*===?\s*(?P<version>[^\s;]+)$"
 )
+_LINE_ERRORS = (pip_req.OptionParsingError, ValueError)  # ValueError: shlex, unclosed quote
 
 
-def _option_parser() -> optparse.OptionParser:
-    """The options pip reads in a requirements file (file-wide ones, and those of a
-    requirement line: --hash, --config-settings, --global-option)."""
-    parser = optparse.OptionParser(add_help_option=False)
-    store = ("-i", "--index-url", "--only-binary", "--no-binary")
-    for flags in (store[:2], store[2:3], store[3:]):
-        parser.add_option(*flags)
-    for flags in (
-        ("--extra-index-url",),
-        ("-c", "--constraint"),
-        ("-r", "--requirement"),
-        ("-e", "--editable"),
-        ("-f", "--find-links"),
-        ("--trusted-host",),
-        ("--use-feature",),
-        ("--no-deps-for",),
-        ("--global-option",),
-        ("--hash",),
-        ("-C", "--config-settings"),
-    ):
-        parser.add_option(*flags, action="append", default=[])
-    for flags in (("--no-index",), ("--prefer-binary",), ("--require-hashes",), ("--pre",)):
-        parser.add_option(*flags, action="store_true")
-
-    def refuse(_self: Any, message: str | None = None, *_: Any) -> None:
-        raise ValueError(message or "bad option")
-
-    parser.error = refuse  # type: ignore[method-assign,assignment]
-    parser.exit = refuse  # type: ignore[method-assign,assignment]
-    return parser
+def _parse_line(line: str) -> tuple[str, Any]:
+    """A logical line's requirement (the words before the first option) and options."""
+    parser = pip_req.build_parser()  # one a line, as pip: appended options accumulate
+    for gone in (*pip_req.LEGACY_OPTIONS_DEST, "install_options"):  # pip reads them no more
+        parser.remove_option(pip_req.OPT_BY_OPTIONS_DEST[gone])
+    parser.add_option("-C", "--config-settings", action="append", dest="config_settings")
+    parser.add_option("--no-deps-for", action="append", dest="no_deps_for")
+    args, options = pip_req.break_args_options(line)
+    return args, parser.parse_args(shlex.split(options))[0]
 
 
-def _logical_lines(text: str) -> list[tuple[int, str]]:
-    """pip's preprocessing: `\\` continuations joined (not after a comment), comments
-    removed, blank lines dropped; each line with the number of its first physical line."""
-    joined: list[tuple[int, str]] = []
-    pending: list[str] = []
-    first = 0
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.endswith("\\") or _COMMENT.match(line):
-            if _COMMENT.match(line):
-                line = " " + line
-            if pending:
-                joined.append((first, "".join([*pending, line])))
-                pending = []
-            else:
-                joined.append((number, line))
-        else:
-            if not pending:
-                first = number
-            pending.append(line.strip("\\"))
-    if pending:
-        joined.append((first, "".join(pending)))
-    result = []
-    for number, line in joined:
-        line = _COMMENT.sub("", line).strip()
-        if line:
-            result.append((number, line))
-    return result
+def _as_written(original: str, target: str) -> str:
+    """A requirement or `-e` target as the file writes it, before `${VAR}` expansion (a token
+    is not spelled out in a report); the expanded one when the original cannot be split."""
+    try:
+        args, options = _parse_line(original)
+    except _LINE_ERRORS:
+        return target
+    return str(args or (options.editables or [target])[0])
 
 
-def _break_args_options(line: str) -> tuple[str, str]:
-    """pip's split of a line into the requirement and its options: the words before the first
-    one starting with `-`."""
-    tokens = line.split(" ")
-    for position, token in enumerate(tokens):
-        if token.startswith("-"):
-            return " ".join(tokens[:position]).strip(), " ".join(tokens[position:])
-    return line.strip(), ""
-
-
-@dataclass
-class _Wanted:
-    """A requirement that is not a pin, waiting for a constraint to pin it."""
-
-    name: str
-    specifier: SpecifierSet
-    text: str
-    file: str  # the file it is in ("" for the lock itself)
-    line: int
-
-    def at(self, lock: LockFile) -> str:
-        return f"{self.file or lock.where} line {self.line}"
+def _kind(requirement: Any, editable: bool) -> str:
+    """Where a requirement that is no index pin comes from, in words."""
+    if editable:
+        return "editable"
+    if requirement.req is not None and requirement.req.url:
+        return "a direct reference"  # name @ url (PEP 508)
+    if requirement.is_vcs_url:
+        return "a VCS checkout"
+    return "a URL" if requirement.is_url else "a local path"
 
 
 class _RequirementsReader:
@@ -259,12 +150,16 @@ class _RequirementsReader:
     and leaves unpinned; alone it is not installed, so not a dependency), includes relative to
     the file that names them, a cycle read once."""
 
-    def __init__(self, lock: LockFile, root: Path | None) -> None:
+    def __init__(self, lock: LockInput, root: Path | None) -> None:
         self.lock = lock
         self.root = root.resolve() if root is not None else None
         self.read_files: set[tuple[Path, bool]] = set()
-        self.wanted: list[_Wanted] = []
-        self.constraints: dict[str, tuple[str, str, int]] = {}  # name → version, where, line
+        # requirements that are not pins: (name, specifier, text, file, line), for a constraint
+        self.wanted: list[tuple[str, SpecifierSet, str, str, int]] = []
+        self.constraints: dict[str, tuple[str, str]] = {}  # name → (version, where)
+
+    def not_audited(self, name: str, at: str, reason: str, fails: bool = False) -> None:
+        self.lock.unaudited.append(Unaudited(name, None, at, reason, fails))
 
     def read(
         self,
@@ -276,41 +171,24 @@ class _RequirementsReader:
     ) -> None:
         if "\x00" in text:
             raise InputError(f"{where} is not a requirements file: it holds binary data")
-        lines = _logical_lines(text)
-        for number, original in lines:
-            line = _ENV_VAR.sub(lambda m: os.environ.get(m.group(1), m.group(0)), original)
-            args, options_text = _break_args_options(line)
-            at = f"{where} line {number}"
-            try:
-                options, _ = _option_parser().parse_args(shlex.split(options_text))
-            except ValueError as exc:
-                self.lock.unpin(
-                    SkippedPin(
-                        original, None, at, f"an option pip does not read here ({exc})", True
-                    ),
-                    self._line(where, number, f"{original} (option not read: {exc})"),
-                )
+        for item in pip_req.preprocess(text):
+            if isinstance(item, pip_req.CommentLine):
                 continue
-            if args:
-                self._requirement(args, original, options, at, where, number, constraint)
-            elif options.editable:
-                self._editable(options.editable[0], where, number, original)
-            for include, nested_constraint in [
-                *((r, False) for r in options.requirement),
-                *((c, True) for c in options.constraint),
-            ]:
-                if args or options.editable:
-                    break  # pip reads includes only on an option line
-                self._include(include, nested_constraint, where, number, file, chain)
-
-    def _line(self, where: str, number: int, text: str) -> str:
-        """A line of the lock as `unpinned` and `skipped` say it (`line 5: …`), naming the
-        included file it is in when it is not the lock itself."""
-        return (
-            f"line {number}: {text}"
-            if where == self.lock.where
-            else f"{where} line {number}: {text}"
-        )
+            number, original = item
+            at = f"{where} line {number}"
+            line = _ENV_VAR.sub(lambda m: os.environ.get(m[1], m[0]), original)
+            try:
+                args, options = _parse_line(line)
+            except _LINE_ERRORS as exc:
+                why = str(exc).rsplit("error: ", 1)[-1].strip()
+                self.not_audited(original, at, f"an option pip does not read here ({why})", True)
+                continue
+            if args or options.editables:
+                self._requirement(args, options, original, where, number, constraint)
+            elif options.requirements:  # pip follows one include a line, `-r` before `-c`
+                self._include(options.requirements[0], False, where, number, file, chain)
+            elif options.constraints:
+                self._include(options.constraints[0], True, where, number, file, chain)
 
     def _include(
         self,
@@ -321,28 +199,17 @@ class _RequirementsReader:
         file: Path | None,
         chain: tuple[Path, ...],
     ) -> None:
-        option = "-c" if constraint else "-r"
-        at = f"{where} line {number}"
-        if _URL.match(target):
-            self.lock.unpin(
-                SkippedPin(
-                    target, None, at, f"{option} {target}: a file by URL, not fetched", True
-                ),
-                self._line(where, number, f"{option} {target} (a file by URL, not fetched)"),
-            )
-            return
-        if file is None:
-            self.lock.unpin(
-                SkippedPin(target, None, at, f"{option} {target}: no file beside to read", True),
-                self._line(where, number, f"{option} {target} (not followed: no file beside)"),
-            )
-            return
-        path = (file.parent / target).resolve()
-        if self.root is not None and not path.is_relative_to(self.root):
-            self.lock.unpin(
-                SkippedPin(target, None, at, f"{option} {target}: outside the tree", True),
-                self._line(where, number, f"{option} {target} (not followed: outside the tree)"),
-            )
+        option, at = ("-c" if constraint else "-r"), f"{where} line {number}"
+        path = None if file is None else (file.parent / target).resolve()
+        why = None
+        if pip_req.SCHEME_RE.search(target):
+            why = "a file by URL, not fetched"
+        elif path is None:
+            why = "no file beside to read"
+        elif self.root is not None and not path.is_relative_to(self.root):
+            why = "outside the tree"
+        if why is not None or path is None:
+            self.not_audited(target, at, f"{option} {target}: {why}", True)
             return
         if path in chain:
             cycle = " → ".join([*(p.name for p in chain), path.name])
@@ -357,116 +224,64 @@ class _RequirementsReader:
             raise InputError(f"{at}: cannot read {option} {target}: {exc}") from None
         if self.root is None:  # as the user would write it: beside the file that names it
             label = os.path.normpath(os.path.join(os.path.dirname(where), target))
-        else:
-            label = _relative(path, self.root, self.lock.where)
+        else:  # the tree's path, after the lock's own prefix ("repo@tag")
+            prefix = self.lock.where.rsplit(" ", 1)[0] + " " if " " in self.lock.where else ""
+            label = prefix + path.relative_to(self.root).as_posix()
         self.read(text, label, path, constraint, (*chain, path))
 
-    def _editable(self, target: str, where: str, number: int, original: str) -> None:
-        shown = _original_option(original, target)
-        name = _egg(target) or shown
-        at = f"{where} line {number}"
-        self.lock.skip(
-            SkippedPin(name, None, at, f"editable ({shown}): not from a package index"),
-            self._line(where, number, original),
-        )
-
     def _requirement(
-        self,
-        args: str,
-        original: str,
-        options: optparse.Values,
-        at: str,
-        where: str,
-        number: int,
-        constraint: bool,
+        self, args: str, options: Any, original: str, where: str, number: int, constraint: bool
     ) -> None:
-        if _URL.match(args) or args.startswith(_VCS) or _looks_like_path(args):
-            if constraint:
-                return  # a URL constraint installs nothing by itself
-            kind = "a VCS checkout" if args.startswith(_VCS) else "a URL"
-            if not _URL.match(args) and not args.startswith(_VCS):
-                kind = "a local path"
-            shown = _remove_options(original)  # as written: a ${TOKEN} is not spelled out
-            name = _egg(args) or shown
-            self.lock.skip(
-                SkippedPin(name, None, at, f"{kind} ({shown}): not from a package index"),
-                self._line(where, number, original),
-            )
-            return
+        at, editable = f"{where} line {number}", not args
+        target = args or options.editables[0]
+        shown = _as_written(original, target)
+        build = pip_req.build_editable_req if editable else pip_req.build_install_req
         try:
-            requirement = Requirement(args)
-        except InvalidRequirement as exc:
+            requirement = build(target)
+        except (pip_req.InstallationError, ValueError) as exc:
+            if editable:  # pip could not name it either: named as written
+                self.not_audited(shown, at, f"editable ({shown}): {NOT_FROM_INDEX}")
+                return
             loose = _LOOSE_PIN.match(args)
             if loose is None:
-                detail = str(exc).splitlines()[0][:120]
-                raise InputError(f"{where} line {number}: not a requirement ({detail})") from None
-            self._pin(loose["name"], loose["version"], options, where, at, number, constraint)
+                detail = re.sub(r"^Invalid requirement:[\s:]*", "", str(exc).splitlines()[0])
+                raise InputError(f"{at}: not a requirement ({detail[:120]})") from None
+            self._pinned(loose["name"], loose["version"], where, number, constraint)
             return
-        if requirement.url:
-            if not constraint:
-                self.lock.skip(
-                    SkippedPin(
-                        normalize(requirement.name),
-                        None,
-                        at,
-                        f"a direct reference ({_remove_options(original)}): not from a package"
-                        " index",
-                    ),
-                    self._line(where, number, _remove_options(original)),
-                )
+        if editable or requirement.link is not None:
+            # a URL or path constraint installs nothing by itself; an editable one is named
+            if editable or not constraint:
+                name = normalize(requirement.name) if requirement.name else shown
+                kind = _kind(requirement, editable)
+                self.not_audited(name, at, f"{kind} ({shown}): {NOT_FROM_INDEX}")
             return
-        specs = list(requirement.specifier)
-        pinned = (
-            len(specs) == 1 and specs[0].operator in ("==", "===") and "*" not in specs[0].version
-        )
-        if pinned:
-            self._pin(requirement.name, specs[0].version, options, where, at, number, constraint)
+        name, specifier = requirement.req.name, requirement.req.specifier
+        specs = list(specifier)
+        if len(specs) == 1 and specs[0].operator in ("==", "===") and "*" not in specs[0].version:
+            self._pinned(name, specs[0].version, where, number, constraint)
         elif not constraint:  # an unpinned constraint only narrows: nothing to audit
-            text = _remove_options(original)
-            source = "" if where == self.lock.where else where
-            self.wanted.append(
-                _Wanted(normalize(requirement.name), requirement.specifier, text, source, number)
-            )
+            self.wanted.append((normalize(name), specifier, shown, where, number))
 
-    def _pin(
-        self,
-        name: str,
-        version: str,
-        options: optparse.Values,
-        where: str,
-        at: str,
-        number: int,
-        constraint: bool,
-    ) -> None:
+    def _pinned(self, name: str, version: str, where: str, number: int, constraint: bool) -> None:
         if constraint:
-            self.constraints.setdefault(normalize(name), (version, at, number))
-            return
-        hashes = list(options.hash)
-        source = "" if where == self.lock.where else where
-        self.lock.releases.append(_release(name, version, where, hashes, number, source))
+            self.constraints.setdefault(normalize(name), (version, f"{where} line {number}"))
+        else:
+            self.lock.pins.append(_pin(name, version, where, number))
 
     def finish(self) -> None:
         """Requirements left unpinned take the version a constraint pins (pip installs that
         one); the others are unpinned. Constraints nothing requires are said in a note."""
         used: set[str] = set()
-        for wanted in self.wanted:
-            pinned = self.constraints.get(wanted.name)
-            if pinned is not None and wanted.specifier.contains(pinned[0], prereleases=True):
-                used.add(wanted.name)
-                version, at, _ = pinned
-                self.lock.releases.append(
-                    LockedRelease(wanted.name, version, (), wanted.file, wanted.line)
-                )
-                self.lock.notes.append(f"{wanted.at(self.lock)}: {wanted.text} is pinned by {at}")
-                continue
-            said = f"line {wanted.line}: {wanted.text}"
-            self.lock.unpin(
-                SkippedPin(
-                    wanted.name, None, wanted.at(self.lock), f"not pinned ({wanted.text})", True
-                ),
-                f"{wanted.file}: {said}" if wanted.file else said,
-            )
-        spare = sorted(f"{n}=={v}" for n, (v, _, _) in self.constraints.items() if n not in used)
+        for name, specifier, text, where, number in self.wanted:
+            at = f"{where} line {number}"
+            pinned = self.constraints.get(name)
+            if pinned is not None and specifier.contains(pinned[0], prereleases=True):
+                used.add(name)
+                self.lock.pins.append(Pin(name, pinned[0], where, number))
+                self.lock.notes.append(f"{at}: {text} is pinned by {pinned[1]}")
+            else:
+                self.not_audited(name, at, f"not pinned ({text})", True)
+        spare = sorted(f"{n}=={v}" for n, (v, _) in self.constraints.items() if n not in used)
         if spare:
             self.lock.notes.append(
                 f"{self.lock.where}: {len(spare)} constraint pins that no requirement names are"
@@ -475,109 +290,42 @@ class _RequirementsReader:
             )
 
 
-def _relative(path: Path, root: Path, where: str) -> str:
-    prefix = where.rsplit(" ", 1)[0] if " " in where else ""
-    relative = path.relative_to(root).as_posix()
-    return f"{prefix} {relative}" if prefix else relative
-
-
-def _remove_options(line: str) -> str:
-    return _break_args_options(line)[0]
-
-
-def _original_option(original: str, expanded: str) -> str:
-    """An option's value as the file writes it (before `${VAR}` expansion), when it can be
-    found; the expanded one otherwise."""
-    try:
-        words = shlex.split(original)
-    except ValueError:
-        return expanded
-    for position, word in enumerate(words):
-        if word in ("-e", "--editable") and position + 1 < len(words):
-            return words[position + 1]
-        if word.startswith("--editable="):
-            return word.split("=", 1)[1]
-    return expanded
-
-
-def _egg(target: str) -> str | None:
-    """The project a URL or path names in its `#egg=` fragment (pip's old convention)."""
-    match = re.search(r"[#&]egg=([A-Za-z0-9][A-Za-z0-9._-]*)", target)
-    return normalize(match.group(1)) if match else None
-
-
-def _looks_like_path(text: str) -> bool:
-    """pip's test for a requirement that is a path: a separator, a leading `.`, or an
-    archive's name."""
-    head = text.split(";", 1)[0].strip()
-    if " @ " in text or "@" in head.split("/", 1)[0]:
-        return False  # `name @ url`: a PEP 508 direct reference
-    return "/" in head or "\\" in head or head.startswith(".") or head.endswith(_ARCHIVES)
-
-
 def parse_requirements(
     text: str, where: str, file: Path | None = None, root: Path | None = None
-) -> LockFile:
+) -> LockInput:
     """pip requirements, as pip reads them: `name==version` pins (extras, markers, `--hash`,
     `--config-settings` allowed; `${VAR}` from the environment), `-r` files read as more
     requirements and `-c` files as constraints (relative to the file naming them: `file`),
-    option lines (`--index-url`…) accepted. A requirement pinned otherwise is in `unpinned`;
-    an editable, VCS, URL or path line is named in `not_audited`, the rest of the file read. A
-    line that is not a requirement at all is an error, as for pip."""
-    lock = LockFile(REQUIREMENTS, where)
+    option lines (`--index-url`…) accepted. A requirement pinned otherwise is unpinned (it
+    fails the audit); an editable, VCS, URL or path line is named as not audited, the rest of
+    the file read. A line that is not a requirement at all is an error, as for pip."""
+    lock = LockInput(where, REQUIREMENTS)
     reader = _RequirementsReader(lock, root)
-    chain: tuple[Path, ...] = ()
-    if file is not None:
-        chain = (file.resolve(),)
-        reader.read_files.add((chain[0], False))
+    chain = () if file is None else (file.resolve(),)
+    reader.read_files.update((path, False) for path in chain)
     reader.read(text, where, file, False, chain)
     reader.finish()
-    included = len(reader.read_files) > len(chain)
-    if not (lock.releases or lock.unpinned or lock.skipped or included):
+    if not (lock.pins or lock.unaudited or len(reader.read_files) > len(chain)):
         raise InputError(f"{where} is not a requirements file: it names no requirement")
     return lock
 
 
-def parse_poetry(document: dict[str, Any], where: str) -> LockFile:
-    """poetry.lock 1.1 (hashes in `[metadata.files]`) through 2.1 (`files` per package)."""
-    metadata = document.get("metadata")
-    version = str(metadata.get("lock-version", "")) if isinstance(metadata, dict) else ""
-    if not re.match(r"^[12]\.\d+$", version):
-        raise InputError(
-            f"{where}: poetry.lock lock-version {version or '(none)'} is not one stagecrawl reads"
-            " (1.x, 2.x)"
-        )
-    packages = document.get("package")
-    if not isinstance(packages, list):
-        raise InputError(f"{where} is not a poetry.lock: it has no [[package]] entries")
-    assert isinstance(metadata, dict)
-    old_files = metadata.get("files") if isinstance(metadata.get("files"), dict) else {}
-    lock = LockFile(POETRY, where)
-    for entry in packages:
-        if not isinstance(entry, dict):
-            raise InputError(f"{where}: a [[package]] entry is not a table")
-        source = entry.get("source")
-        if isinstance(source, dict) and source.get("type") in ("git", "directory", "file", "url"):
-            kind = str(source.get("type"))
-            lock.skip(
-                _foreign(entry, where, kind, source.get("url"), source.get("resolved_reference")),
-                f"{entry.get('name')} ({kind})",
-            )
-            continue
-        name = entry.get("name")
-        files = entry.get("files") or []
-        if not files and isinstance(name, str):
-            files = (old_files or {}).get(name, [])
-        if not isinstance(files, list):
-            raise InputError(f"{where}: {name!r}: `files` is not a list")
-        hashes = [str(f["hash"]) for f in files if isinstance(f, dict) and "hash" in f]
-        lock.releases.append(_release(entry.get("name"), entry.get("version"), where, hashes))
-    return lock
+# -- poetry.lock, uv.lock, pylock.toml -----------------------------------------------------
+
+
+def _entries(document: dict[str, Any], key: str, where: str, kind: str) -> list[dict[str, Any]]:
+    """A lock's `[[package]]` (`[[packages]]`) tables."""
+    entries = document.get(key)
+    if not isinstance(entries, list):
+        raise InputError(f"{where} is not a {kind}: it has no [[{key}]] entries")
+    if not all(isinstance(entry, dict) for entry in entries):
+        raise InputError(f"{where}: a [[{key}]] entry is not a table")
+    return entries
 
 
 def _foreign(
     entry: dict[str, Any], where: str, kind: str, location: Any = None, commit: Any = None
-) -> SkippedPin:
+) -> Unaudited:
     """A locked package that does not come from a package index, named with its version
     (werkzeug 0.15.0 from git) and where it comes from."""
     name = entry.get("name")
@@ -587,81 +335,72 @@ def _foreign(
     from_ = f"{kind} {location}" if isinstance(location, str) and location else kind
     if isinstance(commit, str) and commit:
         from_ += f" @ {commit}"
-    return SkippedPin(
+    return Unaudited(
         normalize(name),
         version if isinstance(version, str) and version.strip() else None,
         where,
-        f"from {from_}: not from a package index",
+        f"from {from_}: {NOT_FROM_INDEX}",
     )
 
 
-def parse_uv(document: dict[str, Any], where: str) -> LockFile:
+def parse_poetry(document: dict[str, Any], where: str) -> LockInput:
+    """poetry.lock 1.1 through 2.1: packages from an index (not git, directory, file, url)."""
+    metadata = document.get("metadata")
+    version = str(metadata.get("lock-version", "")) if isinstance(metadata, dict) else ""
+    if not re.match(r"^[12]\.\d+$", version):
+        raise InputError(
+            f"{where}: poetry.lock lock-version {version or '(none)'} is not one stagecrawl reads"
+            " (1.x, 2.x)"
+        )
+    lock = LockInput(where, POETRY)
+    for entry in _entries(document, "package", where, POETRY):
+        source = entry.get("source")
+        if isinstance(source, dict) and source.get("type") in ("git", "directory", "file", "url"):
+            kind, location = str(source["type"]), source.get("url")
+            lock.unaudited.append(
+                _foreign(entry, where, kind, location, source.get("resolved_reference"))
+            )
+        else:
+            lock.pins.append(_pin(entry.get("name"), entry.get("version"), where))
+    return lock
+
+
+def parse_uv(document: dict[str, Any], where: str) -> LockInput:
     """uv.lock version 1 (with or without `revision`): registry packages only."""
     if document.get("version") != 1:
         raise InputError(
             f"{where}: uv.lock version {document.get('version')!r} is not one stagecrawl reads (1)"
         )
-    packages = document.get("package")
-    if not isinstance(packages, list):
-        raise InputError(f"{where} is not a uv.lock: it has no [[package]] entries")
-    lock = LockFile(UV, where)
-    for entry in packages:
-        if not isinstance(entry, dict):
-            raise InputError(f"{where}: a [[package]] entry is not a table")
+    lock = LockInput(where, UV)
+    for entry in _entries(document, "package", where, UV):
         source = entry.get("source")
-        if not isinstance(source, dict) or "registry" not in source:
-            kind = next(iter(source), "no source") if isinstance(source, dict) else "no source"
-            text = f"{entry.get('name')} ({kind})"
-            if kind in ("editable", "virtual"):
-                lock.skipped.append(text)  # the project's own code (a workspace member)
-            else:
-                location = source.get(kind) if isinstance(source, dict) else None
-                lock.skip(_foreign(entry, where, kind, location), text)
+        if isinstance(source, dict) and "registry" in source:
+            lock.pins.append(_pin(entry.get("name"), entry.get("version"), where))
             continue
-        hashes: list[str] = []
-        for dist in _dists(entry, where):
-            if isinstance(dist, dict) and isinstance(dist.get("hash"), str):
-                hashes.append(dist["hash"])
-        lock.releases.append(_release(entry.get("name"), entry.get("version"), where, hashes))
+        kind = next(iter(source), "no source") if isinstance(source, dict) else "no source"
+        if kind not in ("editable", "virtual"):  # those: the project's own code (a workspace)
+            location = source.get(kind) if isinstance(source, dict) else None
+            lock.unaudited.append(_foreign(entry, where, kind, location))
     return lock
 
 
-def _dists(entry: dict[str, Any], where: str) -> list[Any]:
-    """A uv.lock or pylock.toml package's sdist and wheels (whose hashes it records)."""
-    wheels = entry.get("wheels") or []
-    if not isinstance(wheels, list):
-        raise InputError(f"{where}: {entry.get('name')!r}: `wheels` is not a list")
-    return [entry.get("sdist"), *wheels]
-
-
-def parse_pylock(document: dict[str, Any], where: str) -> LockFile:
+def parse_pylock(document: dict[str, Any], where: str) -> LockInput:
     """PEP 751 lock-version 1.x: packages from an index (not vcs, directory or archive)."""
     version = str(document.get("lock-version", ""))
     if not re.match(r"^1(\.\d+)?$", version):
         raise InputError(
             f"{where}: pylock lock-version {version or '(none)'} is not one stagecrawl reads (1.x)"
         )
-    packages = document.get("packages")
-    if not isinstance(packages, list):
-        raise InputError(f"{where} is not a pylock.toml: it has no [[packages]] entries")
-    lock = LockFile(PYLOCK, where)
-    for entry in packages:
-        if not isinstance(entry, dict):
-            raise InputError(f"{where}: a [[packages]] entry is not a table")
+    lock = LockInput(where, PYLOCK)
+    for entry in _entries(document, "packages", where, PYLOCK):
         foreign = next((k for k in ("vcs", "directory", "archive") if k in entry), None)
-        if foreign is not None:
-            place = entry[foreign] if isinstance(entry[foreign], dict) else {}
-            kind = str(place.get("type") or foreign) if foreign == "vcs" else foreign
-            location, commit = place.get("url") or place.get("path"), place.get("commit-id")
-            lock.skip(
-                _foreign(entry, where, kind, location, commit), f"{entry.get('name')} ({foreign})"
-            )
+        if foreign is None:
+            lock.pins.append(_pin(entry.get("name"), entry.get("version"), where))
             continue
-        hashes: list[str] = []
-        for dist in _dists(entry, where):
-            if isinstance(dist, dict) and isinstance(dist.get("hashes"), dict):
-                hashes += [f"{k}:{v}" for k, v in dist["hashes"].items()]
-        lock.releases.append(_release(entry.get("name"), entry.get("version"), where, hashes))
+        place = entry[foreign] if isinstance(entry[foreign], dict) else {}
+        kind = str(place.get("type") or foreign) if foreign == "vcs" else foreign
+        location, commit = place.get("url") or place.get("path"), place.get("commit-id")
+        lock.unaudited.append(_foreign(entry, where, kind, location, commit))
     return lock
 
 
@@ -672,7 +411,7 @@ def find_locks(tree: Path) -> list[Path]:
     return found
 
 
-async def locks_at_tag(repo: GitRepo, tag: str) -> list[LockFile]:
+async def locks_at_tag(repo: GitRepo, tag: str) -> list[LockInput]:
     """Every lock file committed at the top of the tree at `tag` (none is not an error: the
     caller reports a tag without a lock file; there is no resolver to make one). A requirements
     file's includes are read from the same tree, never from outside it."""

@@ -10,18 +10,27 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
-class CoreMetadata:
-    name: str | None
-    version: str | None
+class Declared:
+    """What a release says of itself, in its core metadata or the JSON API's `info`."""
+
     summary: str | None
-    requires_dist: tuple[str, ...]
-    provides_extra: tuple[str, ...]
+    requires_dist: tuple[str, ...] | None  # None: not known (not "no dependencies")
+    provides_extra: tuple[str, ...] | None
     requires_python: str | None
     license_expression: str | None
     license: str | None
     classifiers: tuple[str, ...]
     project_urls: dict[str, str]
     home_page: str | None
+
+
+NOTHING_DECLARED = Declared(None, None, None, None, None, None, (), {}, None)
+
+
+@dataclass(frozen=True)
+class CoreMetadata(Declared):
+    name: str | None
+    version: str | None
 
 
 def _one(message: email.message.Message, key: str) -> str | None:

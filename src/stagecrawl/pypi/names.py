@@ -19,11 +19,6 @@ def normalize(name: str) -> str:
     return str(canonicalize_name(name))
 
 
-def product_key(name: str) -> str:
-    """The key a project's rows share: its PEP 503 name."""
-    return normalize(name)
-
-
 def name_problem(name: str) -> str | None:
     """Why `name` cannot be a PyPI project name, or None when it can."""
     if not name:

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
 
 from stagecrawl.engine.fetcher import Fetcher, Validators
 from stagecrawl.engine.git import GitRepo
@@ -26,7 +25,6 @@ from stagecrawl.kernel.registry import (
     Collected,
     Listing,
     LockInput,
-    Pin,
     RefreshPlan,
     RefreshTarget,
     Registry,
@@ -36,27 +34,13 @@ from stagecrawl.pypi.client import API, FILES, FILES_HOST, INDEX, PyPIClient, Si
 from stagecrawl.pypi.collect import collect_project, product_row, version_row
 from stagecrawl.pypi.declaration import DECLARATION, PypiSettings
 from stagecrawl.pypi.ecosystem import PYPI
-from stagecrawl.pypi.locks import LockFile, locks_at_tag, parse_lock
+from stagecrawl.pypi.locks import locks_at_tag, parse_lock
 from stagecrawl.pypi.names import name_problem, normalize
 from stagecrawl.pypi.versions import is_valid, version_key
-from stagecrawl.sca.audit import Unaudited
 from stagecrawl.settings import Settings
 from stagecrawl.storage.db import Database
 
 _PIN = re.compile(r"^\s*(?P<name>[^=\s]+)\s*==\s*(?P<version>\S+)\s*$")
-
-
-def lock_input(lock: LockFile) -> LockInput:
-    """A parsed PyPI lock file as the kernel reads locks."""
-    return LockInput(
-        lock.where,
-        lock.kind,
-        pins=[Pin(r.name, r.version, r.where or lock.where, r.line) for r in lock.releases],
-        unaudited=[
-            Unaudited(p.name, p.version, p.where, p.reason, p.fails) for p in lock.not_audited
-        ],
-        notes=list(lock.notes),
-    )
 
 
 def pep440_matcher(requirement: str) -> Any:
@@ -99,10 +83,8 @@ class Pypi(Registry[PyPIClient]):
 
     def check_version(self, name: str, version: str) -> str:
         super().check_version(name, version)
-        try:
-            Version(version)
-        except InvalidVersion:
-            raise InputError(f"{name} {version}: not a PEP 440 version") from None
+        if not is_valid(version):
+            raise InputError(f"{name} {version}: not a PEP 440 version")
         return version
 
     # -- sources ----------------------------------------------------------------------------
@@ -156,7 +138,7 @@ class Pypi(Registry[PyPIClient]):
 
     def refresh_targets(self, db: Database, names: Sequence[str]) -> list[RefreshTarget]:
         with db.reading() as conn:
-            etags: dict[str, Any] = tables.products(db).column(conn, "ETAG")
+            etags: dict[str, Any] = self.products(db).column(conn, "ETAG")
         wanted = [normalize(n) for n in names] if names else sorted(etags)
         return [RefreshTarget(name, name, etags.get(name)) for name in wanted]
 
@@ -174,7 +156,7 @@ class Pypi(Registry[PyPIClient]):
             why = explain_failure(exc)
             return RefreshPlan(targets, note=f"no root listing ({why}): every project asked")
         with db.reading() as conn:
-            stored: dict[str, Any] = tables.products(db).column(conn, "LAST_SERIAL")
+            stored: dict[str, Any] = self.products(db).column(conn, "LAST_SERIAL")
         changed = [
             # moved: asked whole (a 304 to the stored ETag would leave the old serial stored,
             # and the project asked again by every refresh); unknown: asked conditionally
@@ -200,12 +182,12 @@ class Pypi(Registry[PyPIClient]):
 
     def read_lock(self, path: Path, text: str) -> LockInput:
         """Any of PyPI's lock files; a requirements file with its `-r`/`-c` includes."""
-        return lock_input(parse_lock(text, path.name, str(path), path))
+        return parse_lock(text, path.name, str(path), path)
 
     async def locks_at_tag(
         self, repo: GitRepo, tag: str, s: Settings, stop: GracefulStop | None
     ) -> list[LockInput]:
-        return [lock_input(lock) for lock in await locks_at_tag(repo, tag)]
+        return await locks_at_tag(repo, tag)
 
     def parse_pin(self, text: str) -> tuple[str, str | None]:
         """`NAME==VERSION` (a bare NAME, or another specifier, is refused: no resolver)."""

@@ -18,20 +18,9 @@ from stagecrawl.pypi.names import normalize
 from stagecrawl.pypi.versions import parse
 
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
-DIST_SUFFIXES = (
-    ".whl",
-    ".tar.gz",
-    ".zip",
-    ".tar.bz2",
-    ".tgz",
-    ".tar.xz",
-    ".tar",
-    ".egg",
-    ".exe",
-    ".msi",
-    ".rpm",
-    ".dmg",
-)
+ARCHIVE_SUFFIXES = (".whl", ".tar.gz", ".zip", ".tar.bz2", ".tgz", ".tar.xz", ".tar", ".egg")
+# the old platform installers (bdist_wininst, bdist_msi, bdist_rpm, dmg): a platform tail
+INSTALLER_SUFFIXES = (".exe", ".msi", ".rpm", ".dmg")
 _PLATFORM_TAIL = re.compile(r"\.(win32|win-amd64|macosx-[^-]+|linux-[^-]+)(-py\d+(\.\d+)?)?$")
 
 
@@ -106,7 +95,6 @@ class SimpleRelease:
 @dataclass(frozen=True)
 class SimpleProject:
     name: str  # normalised
-    api_version: str
     last_serial: int | None
     status: str | None  # PEP 792 project-status
     releases: tuple[SimpleRelease, ...]
@@ -118,7 +106,9 @@ class SimpleProject:
 
 def version_of(project: str, filename: str) -> str | None:
     """The version part of a distribution's file name, spelled as uploaded, or None."""
-    suffix = next((s for s in DIST_SUFFIXES if filename.lower().endswith(s)), None)
+    suffix = next(
+        (s for s in ARCHIVE_SUFFIXES + INSTALLER_SUFFIXES if filename.lower().endswith(s)), None
+    )
     if suffix is None:
         return None
     stem = filename[: -len(suffix)]
@@ -129,7 +119,7 @@ def version_of(project: str, filename: str) -> str | None:
     for index, char in enumerate(stem):
         if char == "-" and normalize(stem[:index]) == key:
             version = stem[index + 1 :]
-            if suffix in (".exe", ".msi", ".rpm", ".dmg"):
+            if suffix in INSTALLER_SUFFIXES:
                 version = _PLATFORM_TAIL.sub("", version)
             return version or None
     return None
@@ -206,7 +196,6 @@ def parse_simple_page(content: bytes, page_url: str, project: str) -> SimpleProj
     serial = meta.get("_last-serial")
     return SimpleProject(
         name=name,
-        api_version=api_version,
         last_serial=serial if isinstance(serial, int) else None,
         status=str(status.get("status")) if isinstance(status, dict) else None,
         releases=tuple(SimpleRelease(v, tuple(fs)) for v, fs in by_version.items()),

@@ -1,6 +1,7 @@
-"""PyPI's tables and their owners: the one place that says PyPI's rows are LANGUAGE 'python',
-REPOSITORY 'PyPI', keyed by the PEP 503 name and ordered by PEP 440, with PyPI's own columns
-(docs/pypi.md), and how a database an older stagecrawl made is brought to this shape."""
+"""PyPI's tables: the one place that says PyPI's rows are LANGUAGE 'python', REPOSITORY 'PyPI',
+keyed by the PEP 503 name and ordered by PEP 440, with PyPI's own columns (docs/pypi.md), and
+how a database an older stagecrawl made is brought to this shape. Their owners are the
+kernel's (`Registry.versions`, `Registry.products`)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,8 @@ from sqlalchemy import Boolean, Column, String, Text
 
 from stagecrawl.pypi.declaration import NAMES
 from stagecrawl.pypi.versions import is_final, sort_key
-from stagecrawl.storage.db import Database
 from stagecrawl.storage.names import SHORT_TEXT_MAX, STATUS_MAX, VALIDATOR_MAX
-from stagecrawl.storage.owners import ProductTable, VersionOrder, VersionTable
+from stagecrawl.storage.owners import VersionOrder
 from stagecrawl.storage.schema import (
     BigCount,
     Collations,
@@ -24,7 +24,6 @@ from stagecrawl.storage.schema import (
     register,
 )
 
-CODE = NAMES.code
 LANGUAGE, REPOSITORY = "python", "PyPI"
 # An invalid version (`unknown`) sorts below every valid one and is never a final release.
 PEP440 = VersionOrder(key=sort_key, is_prerelease=lambda version: not is_final(version))
@@ -95,11 +94,3 @@ SCHEMA = register(
         vulns_command="stagecrawl pypi vulns",
     )
 )
-
-
-def versions(db: Database) -> VersionTable:
-    return VersionTable(db, db.registry(CODE), LANGUAGE, REPOSITORY)
-
-
-def products(db: Database) -> ProductTable:
-    return ProductTable(db, db.registry(CODE), LANGUAGE, REPOSITORY, PEP440)

@@ -4,7 +4,6 @@ advisory range."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from functools import lru_cache
 
 from packaging.version import InvalidVersion, Version
@@ -33,10 +32,6 @@ def sort_key(text: str) -> tuple[int, Version | str]:
     """Invalid versions first (below every valid one), among themselves by their text."""
     parsed = parse(text)
     return (0, text) if parsed is None else (1, parsed)
-
-
-def sorted_versions(versions: Iterable[str]) -> list[str]:
-    return sorted(versions, key=sort_key)
 
 
 def is_final(text: str) -> bool:
