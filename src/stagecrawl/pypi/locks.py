@@ -86,7 +86,7 @@ def parse_lock(
 
 
 def _pin(name: Any, version: Any, where: str, line: int | None = None) -> Pin:
-    if not isinstance(name, str) or name_problem(name):
+    if not isinstance(name, str) or name_problem(name, bounded=False):
         raise InputError(f"{where}: a package has no valid name ({name!r})")
     if not isinstance(version, str) or not version.strip():
         raise InputError(f"{where}: package {name} has no version")
@@ -329,7 +329,7 @@ def _foreign(
     """A locked package that does not come from a package index, named with its version
     (werkzeug 0.15.0 from git) and where it comes from."""
     name = entry.get("name")
-    if not isinstance(name, str) or name_problem(name):
+    if not isinstance(name, str) or name_problem(name, bounded=False):
         raise InputError(f"{where}: a package has no valid name ({name!r})")
     version = entry.get("version")
     from_ = f"{kind} {location}" if isinstance(location, str) and location else kind

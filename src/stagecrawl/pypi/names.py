@@ -19,11 +19,12 @@ def normalize(name: str) -> str:
     return str(canonicalize_name(name))
 
 
-def name_problem(name: str) -> str | None:
-    """Why `name` cannot be a PyPI project name, or None when it can."""
+def name_problem(name: str, bounded: bool = True) -> str | None:
+    """Why `name` cannot be a PyPI project name, or None when it can. `bounded=False` leaves
+    the length to the kernel (a lock's pin over the bound is rejected alone, with why)."""
     if not name:
         return "empty project name"
-    if len(name) > MAX_NAME_LENGTH:
+    if bounded and len(name) > MAX_NAME_LENGTH:
         return f"project name longer than {MAX_NAME_LENGTH} characters"
     if not VALID_NAME.match(name):
         return f"{name!r} is not a valid project name (PEP 508: letters, digits, '.', '_', '-')"
