@@ -2,8 +2,8 @@
 
 Every pipeline builds its fetcher, limiter and work-loop settings here, so a setting reaches
 every place it configures and no value is written twice (the engine's dataclasses take their
-defaults from the settings table too). Registry-specific lanes are built by the registry's own
-module (crates/config.py) and handed to `build_fetcher`.
+defaults from the settings table too). Registry-specific lanes are built by the registry's
+plug-in (`Registry.lanes`) and handed to `build_fetcher`.
 """
 
 from __future__ import annotations

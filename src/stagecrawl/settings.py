@@ -5,7 +5,7 @@ the default (Scrapy's settings table is the model). The `Settings` class below I
 each field is one setting, declared once with its type, its one default, its bounds and its
 help. Everything else is generated from it: the CLI's options (cli/common.py), the table in
 `docs/operations.md` (a test keeps them equal), the checks at the boundary, and the engine
-parts built from a resolved object (stagecrawl/components.py, crates/config.py). It is a
+parts built from a resolved object (stagecrawl/components.py, each registry's plug-in). It is a
 frozen dataclass so that mypy knows every attribute: `settings.api_rat` is a type error.
 
 This module imports nothing heavy (no HTTP client, no database driver): every command resolves
@@ -125,7 +125,7 @@ class Settings:
         secret=True,
     )
     contact: str | None = _s(
-        None, "email or URL sent in the User-Agent; required against crates.io and Wikidata"
+        None, "email or URL sent in the User-Agent; required against crates.io, PyPI and Wikidata"
     )
     concurrency: int = _s(
         8,

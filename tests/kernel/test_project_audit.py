@@ -177,3 +177,25 @@ def test_pypi_audit_honours_the_gate_config_and_writes_markdown(
         "--ignore", "TEST-PYPI-0001",
     )  # fmt: skip
     assert flagged.returncode == 0, flagged.stdout
+
+
+def test_one_license_check_answers_for_every_ecosystem_of_a_project(
+    advisories: str, tmp_path: Path
+) -> None:
+    """`stagecrawl licenses check DIR`: every lock file's versions against one policy; a
+    version not collected has no known license: reported, never passed (exit 1)."""
+    root = project(tmp_path / "app")
+    done = stagecrawl(
+        "licenses", "check", str(root), "--allow", "MIT", "--db", advisories, "--format", "json"
+    )
+    assert done.returncode == 1, done.stderr
+    document: dict[str, Any] = json.loads(done.stdout)
+    assert document["exit_code"] == 1
+    unknown = {
+        ecosystem: [(v["version"], v["reason"]) for v in part["violations"]]
+        for ecosystem, part in document["ecosystems"].items()
+    }
+    assert unknown == {
+        "crates.io": [("1.0.0", "not collected: license unknown")],
+        "PyPI": [("1.5", "not collected: license unknown")],
+    }

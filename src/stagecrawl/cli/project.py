@@ -93,9 +93,9 @@ def audit(
     cache_dir: CacheDir = None,
     db: Db = None,
 ) -> None:
-    """Every lock file under DIR (Cargo.lock, requirements*.txt, poetry.lock, uv.lock,
-    pylock*.toml), each against its registry's stored advisories, through one gate: one
-    report, exit 1 when any finding fails it (docs/sca.md)."""
+    """Every lock file under DIR (Cargo.lock, requirements*.txt/.in, poetry.lock, uv.lock,
+    pylock*.toml, go.mod, go.work), each against its registry's stored advisories, through
+    one gate: one report, exit 1 when any finding fails it (docs/sca.md)."""
     options = locals()
     s = guarded(lambda: settings_from(options))
 
@@ -215,8 +215,11 @@ def project_license_text(result: ProjectLicenses, fmt: str) -> str:
 
         return json_text(
             {
-                r.ecosystem.name: json.loads(license_text(r.decl, check, "json"))
-                for r, check in result.parts
+                "ecosystems": {
+                    r.ecosystem.name: json.loads(license_text(r.decl, check, "json"))
+                    for r, check in result.parts
+                },
+                "exit_code": result.exit_code,
             }
         )
     return "\n".join(

@@ -51,6 +51,8 @@ MADE = (
     "cache",
     "advisories",
     "requirements.txt",
+    "go-app",
+    "osv-go",
     "aircraft",
 )
 SEEDS = ["Demo_Json", "demo-runtime", "demo-pattern", "demo-rand", "demo-calendar", "demo-image"]

@@ -23,6 +23,7 @@ class Words:
     unit: str  # "crate", "project", "module"
     units: str  # "crates", "projects", "modules"
     index: str  # where existence is decided: "the sparse index", "the Simple API"
+    listing_source: str = "index"  # its short name in a stored reason: "index: HTTP 500"
     # JSON key of a unit's readable-but-flawed parts (unreadable index lines, invalid
     # versions): "index_problems" for crates (its JSON has said so since issue 9)
     problems_key: str = "problems"

@@ -102,7 +102,7 @@ async def audit_project(
         except InputError as exc:
             if "no advisories are stored" not in str(exc):
                 raise
-            result.failed[registry.decl.title] = str(exc)
+            result.failed[registry.ecosystem.name] = str(exc)  # keyed as `ecosystems` are
             continue
         result.parts.append((registry, report))
     return result

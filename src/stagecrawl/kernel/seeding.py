@@ -318,7 +318,8 @@ class Seeder:
             # contract: a unit's failure is its result, never a unit handed out again and
             # again). Said once, in the command's report (and stored for `status`).
             self.queue.this_run.add(seed.group)
-            reason = redact(f"index: {explain_failure(exc)}")
+            source = registry.decl.words.listing_source
+            reason = redact(f"{source}: {explain_failure(exc)}")
             log.debug("seeding %s failed: %s", seed.name, reason)
             state = LIST_CODES.after_failure(seed.state)  # the one ladder (stagecrawl.queue)
             return SeedResult(seed, None, state, reason[:2000])
