@@ -9,8 +9,9 @@ import os
 import tempfile
 from collections import OrderedDict
 from collections.abc import AsyncIterator
+from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 from urllib.parse import quote
 
 from stagecrawl.engine.fetcher import Fetcher, FetchResult, Validators
@@ -31,8 +32,6 @@ class FeedRow(NamedTuple):
 def match_private(patterns: list[str], path: str) -> bool:
     """x/mod module.MatchPrefixPatterns: a glob (path.Match, `*` within one element) matches
     the path's prefix of as many elements as it has."""
-    from fnmatch import fnmatchcase
-
     elements = path.split("/")
     for pattern in patterns:
         parts = pattern.strip().strip("/").split("/")
@@ -76,8 +75,7 @@ class GoClient:
         """The @v/list answer (a 304 when `validators` still hold)."""
         key = (path, "@list")
         if validators is None and key in self.kept:
-            found: FetchResult = self.kept[key]
-            return found
+            return cast(FetchResult, self.kept[key])
         result = await self.fetcher.get(
             self._url(path, "/@v/list"), lane=PROXY, validators=validators, headers=NO_FETCH,
             allow_empty=True,
@@ -95,8 +93,7 @@ class GoClient:
         """The go.mod bytes (immutable: kept for the run's collector)."""
         key = (path, version)
         if key in self.kept:
-            text: str = self.kept[key]
-            return text
+            return cast(str, self.kept[key])
         url = self._url(path, f"/@v/{quote(escape(version), safe='!+~')}.mod")
         result = await self.fetcher.get(url, lane=PROXY, headers=NO_FETCH)
         try:
@@ -126,12 +123,11 @@ class GoClient:
             result = await self.fetcher.get(url, lane=INDEX, allow_empty=True)
             rows: list[FeedRow] = []
             for number, line in enumerate(result.text.splitlines(), start=1):
+                if not line.strip():
+                    continue
                 try:
-                    item = json.loads(line) if line.strip() else None
-                    if item is not None:
-                        rows.append(
-                            FeedRow(*(str(item[k]) for k in ("Path", "Version", "Timestamp")))
-                        )
+                    item = json.loads(line)
+                    rows.append(FeedRow(*(str(item[k]) for k in ("Path", "Version", "Timestamp"))))
                 except (ValueError, KeyError, TypeError):
                     raise ValueError(f"index feed line {number} is not a JSON row") from None
             fresh = {(row.path, row.version) for row in rows}

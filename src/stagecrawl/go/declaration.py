@@ -68,9 +68,7 @@ class GoSettings(Section):
 
 DECLARATION = RegistryDecl(
     cli="go", title="Go modules", names=NAMES, section=GoSettings,
-    words=Words(
-        "module", "modules", "the module proxy", "proxy", name_example="golang.org/x/mod"
-    ),
+    words=Words("module", "modules", "the module proxy", "proxy", name_example="golang.org/x/mod"),
     tables="stagecrawl.go.tables", plugin="stagecrawl.go.plugin:REGISTRY",
     locks=(LockKind("go.mod", ("go.mod",)), LockKind("go.work", ("go.work",))),
     seed_env="STAGECRAWL_GO_SEED_MODULES", osv_url=DEFAULT_OSV_URL, osv_ecosystem="Go",

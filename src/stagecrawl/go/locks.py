@@ -47,10 +47,6 @@ def _stdlib(lock: LockInput, mod: modfile.ModFile) -> None:
         lock.audit_only.append(Pin(STDLIB, version, lock.where))
 
 
-def _source(where: str, line: int | None) -> str:
-    return where if line is None else f"{where} line {line}"
-
-
 def _apply(
     lock: LockInput, mod: modfile.ModFile, replaces: list[modfile.Replace], where: str
 ) -> None:
@@ -59,19 +55,17 @@ def _apply(
     a wildcard)."""
     excluded = set(mod.excludes)
     for req in mod.requires:
-        if (req.path, req.version) in excluded:
-            excluded_by = "excluded by the main module"
-            lock.unaudited.append(
-                Unaudited(req.path, req.version, _source(where, req.line), excluded_by)
-            )
-            continue
+        pin = Pin(req.path, req.version, where, req.line)
         matches = [r for r in replaces if r.path == req.path and r.version in (req.version, None)]
         chosen = min(matches, key=lambda r: r.version is None, default=None)
-        if chosen is None:
-            lock.pins.append(Pin(req.path, req.version, where, req.line))
+        if (req.path, req.version) in excluded:
+            why = "excluded by the main module"
+            lock.unaudited.append(Unaudited(req.path, req.version, pin.source, why))
+        elif chosen is None:
+            lock.pins.append(pin)
         elif chosen.new_version is None:
             why = f"{LOCAL} ({chosen.new_path})"
-            lock.unaudited.append(Unaudited(req.path, req.version, _source(where, req.line), why))
+            lock.unaudited.append(Unaudited(req.path, req.version, pin.source, why))
         else:
             lock.pins.append(Pin(chosen.new_path, chosen.new_version, where, req.line))
 
@@ -131,8 +125,8 @@ def read_vendor(path: Path, text: str) -> LockInput:
         if "=>" in words:
             arrow = words.index("=>")
             if arrow + 2 == len(words):  # a local directory
-                source = _source(str(path), number)
                 version = words[1] if arrow == 2 else None  # "# path [version] => dir"
+                source = f"{path} line {number}"
                 lock.unaudited.append(Unaudited(words[0], version, source, LOCAL))
                 continue
             words = words[arrow + 1 :]

@@ -6,7 +6,6 @@ index feed's cursor (TB_COMP_LIB_GOLANG_INDEX_CURSOR), written only with the wor
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -14,6 +13,7 @@ from sqlalchemy import Column, Connection, MetaData, Table
 
 from stagecrawl.go.declaration import NAMES
 from stagecrawl.go.versions import sort_key
+from stagecrawl.queue.table import utcnow
 from stagecrawl.storage.bulk import upsert
 from stagecrawl.storage.db import Database
 from stagecrawl.storage.names import URL_MAX, VALIDATOR_MAX, VERSION_MAX
@@ -88,10 +88,8 @@ class GoTables:
         return None if row is None else (str(row[0]), str(row[1]))
 
     def save_cursor(self, conn: Connection, feed: str, since: str, scope: str) -> None:
-        now = datetime.now(UTC).replace(tzinfo=None)
-        upsert(
-            conn, self.cursor, [{"FEED": feed, "SINCE": since, "SCOPE": scope, "LAST_UPDATED": now}]
-        )
+        row = {"FEED": feed, "SINCE": since, "SCOPE": scope, "LAST_UPDATED": utcnow()}
+        upsert(conn, self.cursor, [row])
 
     def set_retractions(
         self, conn: Connection, key: str, reasons: Mapping[str, str | None]

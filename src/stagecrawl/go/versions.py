@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stagecrawl.errors import InputError
+from stagecrawl.go.declaration import NAME_MAX
 
 _SEMVER = re.compile(
     r"^v?(0|[1-9]\d*)(?:\.(0|[1-9]\d*)(?:\.(0|[1-9]\d*)(?:-([0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?"
@@ -81,8 +82,8 @@ def escape(text: str) -> str:
 
 def path_problem(path: str) -> str | None:
     """Why `path` is not a module path (x/mod module.CheckPath, Windows names aside)."""
-    if not path or len(path) > 300:
-        return "empty" if not path else "longer than 300 characters"
+    if not path or len(path) > NAME_MAX:
+        return "empty" if not path else f"longer than {NAME_MAX} characters"
     if not path.isascii() or not re.fullmatch(r"[A-Za-z0-9._~/-]+", path):
         return "only ASCII letters, digits and - . _ ~ / are allowed"
     if path.startswith(("-", "/")) or path.endswith("/") or "//" in path:
