@@ -44,6 +44,12 @@ class Site:
     def requests(self, pattern: str) -> int:
         return sum(len(o.requests_to(pattern)) for o in self.origins)
 
+    def collect_requests_since(self, mark: int) -> int:
+        """Requests to `collect_path` since `mark` (an earlier `requests(collect_path)`): a
+        seed may make them too (Go's reads the newest go.mod for its retractions), so a test
+        waiting for a collect to be under way counts from after its seed."""
+        return self.requests(self.collect_path) - mark
+
     def collected_sql(self) -> str:
         return f"SELECT COUNT(*) FROM TB_COMP_LIB_{self.code}_LIST WHERE PROCESSED = 1"
 

@@ -90,9 +90,11 @@ def test_sigint_gives_every_lease_back_and_a_rerun_finishes(site: Site, tmp_path
 def test_sqlite_takes_one_collect_at_a_time(site: Site, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'one.db'}"
     assert stagecrawl(site.cli, "seed", *site.names, "--db", url, *site.flags).returncode == 0
+    mark = site.requests(site.collect_path)
     first = spawn(site.cli, "collect", "--db", url, *site.flags, *site.slow)
     deadline = time.monotonic() + 60
-    while site.requests(site.collect_path) < 1 and time.monotonic() < deadline:
+    while site.collect_requests_since(mark) < 1:
+        assert time.monotonic() < deadline, "the first collect never got under way"
         time.sleep(0.05)
     second = stagecrawl(site.cli, "collect", "--db", url, *site.flags, *site.fast)
     first.send_signal(signal.SIGTERM)
@@ -133,13 +135,14 @@ def test_a_database_lost_mid_run_is_waited_out_by_every_worker(site: Site) -> No
         crawl(site, clean, *site.fast)
         expected = site.dump(clean)
         assert stagecrawl(site.cli, "seed", *site.names, "--db", lost, *site.flags).returncode == 0
+        mark = site.requests(site.collect_path)
         crew = [
             spawn(site.cli, "collect", "--db", lost, *site.flags, *site.slow,
                   "--concurrency", "2", env={"STAGECRAWL_OUTAGE_SECONDS": "60"})
             for _ in range(2)
         ]  # fmt: skip
         deadline = time.monotonic() + 60
-        while site.requests(site.collect_path) < 6 or not running(lost, crew):
+        while site.collect_requests_since(mark) < 6 or not running(lost, crew):
             assert time.monotonic() < deadline, "the workers never got under way"
             time.sleep(0.1)
         server.stop()
@@ -164,9 +167,10 @@ def test_a_killed_workers_leases_are_taken_back(site: Site, shared_db: str) -> N
     to go silent, takes A's units back and finishes everything."""
     assert stagecrawl(site.cli, "seed", *site.names, "--db", shared_db, *site.flags).returncode == 0
     beat = {"STAGECRAWL_HEARTBEAT_SECONDS": "1"}
+    mark = site.requests(site.collect_path)
     a = spawn(site.cli, "collect", "--db", shared_db, *site.flags, *site.slow, env=beat)
     deadline = time.monotonic() + 60
-    while site.requests(site.collect_path) < 3:
+    while site.collect_requests_since(mark) < 3:
         assert time.monotonic() < deadline, "worker A never got under way"
         time.sleep(0.05)
     a.send_signal(signal.SIGKILL)
