@@ -286,6 +286,21 @@ def test_lock_waiting_for_the_index_stops_at_once(mirror: Mirror, tmp_path: Path
     assert dump(url)["TB_COMP_LIB_RUST_LIST"]
 
 
+def test_a_stop_while_a_large_lock_file_is_parsed_is_honoured_at_once(tmp_path: Path) -> None:
+    """100,000 pins take half a minute to parse (pip's requirements grammar, line by line):
+    the parse runs off the loop, so the stop does not wait for it."""
+    lock = tmp_path / "requirements.txt"
+    lock.write_text("".join(f"pin-{i:06d}==1.{i % 9}\n" for i in range(100_000)))
+    url = f"sqlite:///{tmp_path / 'lock.db'}"
+    process = spawn("pypi", "lock", "--lockfile", str(lock), "--db", url, env=ENV)
+    started = time.monotonic()
+    stopped = stop_when(process, lambda: time.monotonic() > started + 2.0, signal.SIGINT)
+    assert stopped.code == 130, stopped.stderr
+    assert stopped.took < BOUND, stopped.took
+    assert "Traceback" not in stopped.stderr
+    assert not (tmp_path / "lock.db").exists()  # nothing was registered: nothing opened
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_dump_load_polls_the_stop(tmp_path: Path, sig: signal.Signals) -> None:
     source = tmp_path / "db-dump.tar.gz"

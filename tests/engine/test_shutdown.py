@@ -79,3 +79,34 @@ def test_a_second_signal_exits_at_once_while_the_loop_is_blocked(
         command.kill()
     assert command.returncode == 130, err
     assert "second interrupt: exiting now" in err
+
+
+async def test_a_stop_during_a_long_parse_off_the_loop_is_honoured_at_once() -> None:
+    """A pure computation of seconds (a large lock file's parse) runs off the loop: a stop
+    ends the wait at once; its result, had it come, is what the caller gets."""
+    import threading
+    import time
+
+    stop = GracefulStop(grace_period=60)
+    release = threading.Event()
+
+    def parse() -> str:
+        release.wait(30)  # a parse that takes as long as the test lets it
+        return "parsed"
+
+    waiting = asyncio.ensure_future(stop.off_the_loop(parse))
+    await asyncio.sleep(0.2)
+    assert not waiting.done()
+    started = time.monotonic()
+    stop.request()
+    with pytest.raises(Interrupted):
+        await waiting
+    assert time.monotonic() - started < 5  # not the parse's 30 s
+    release.set()
+    assert await GracefulStop().off_the_loop(lambda: "parsed") == "parsed"
+
+    def broken() -> str:
+        raise ValueError("line 3: not a pin")
+
+    with pytest.raises(ValueError, match="not a pin"):
+        await GracefulStop().off_the_loop(broken)

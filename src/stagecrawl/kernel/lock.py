@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -93,15 +94,18 @@ async def read_sources(
     s: Settings,
     sources: LockSources,
     stop: GracefulStop | None,
+    files_read: Sequence[LockInput] | None = None,
 ) -> list[ReadLock]:
     """Every input read and checked: the lock files first (from disk alone, nothing cloned or
-    asked), then each chosen tag of the repository (a tag that cannot be read is an error for
-    that tag, not the run)."""
+    asked; `files_read` when the caller has read them already), then each chosen tag of the
+    repository (a tag that cannot be read is an error for that tag, not the run)."""
     sources.check()
     found: list[ReadLock] = []
-    for path in sources.lockfiles:
+    if files_read is None:
+        files_read = [read_lockfile(registry, path) for path in sources.lockfiles]
+    for path, lock in zip(sources.lockfiles, files_read, strict=True):
         label = sources.label or path.resolve().parent.name or "lockfile"
-        found.append(ReadLock(label, [read_lockfile(registry, path)]))
+        found.append(ReadLock(label, [lock]))
     if sources.repo is None:
         return found
     git = GitRepo(sources.repo, Path(s.cache_dir), stop)
@@ -285,13 +289,17 @@ async def run_lock(
     sources.check()  # the options before any file is read
     registry.configure(s)
     report = LockReport(registry.decl.words.units)
-    for path in sources.lockfiles:  # from disk alone: nothing cloned or asked
-        read_lockfile(registry, path)
+    # from disk alone, nothing cloned or asked, and read once; off the loop, so that a stop
+    # during the parse of a large file is honoured at once
+    files_read = [
+        await stop.off_the_loop(functools.partial(read_lockfile, registry, path))
+        for path in sources.lockfiles
+    ]
     # With `expand` the source is asked: its settings are checked before a clone; pins alone
     # ask nothing of the registry (a Python lock file is its own resolution).
     fetcher = registry_fetcher(registry, s) if expand else None
     async with fetcher or contextlib.nullcontext():
-        inputs = await read_sources(registry, s, sources, stop)
+        inputs = await read_sources(registry, s, sources, stop, files_read)
         client = registry.client(fetcher, s) if fetcher is not None else None
         db: Database | None = None
         for read in inputs:
