@@ -16,6 +16,7 @@ import logging
 import os
 import random
 import socket
+import sqlite3
 import threading
 import time
 import weakref
@@ -91,8 +92,11 @@ def dumps(value: Any) -> str | None:
 _EMPTY: dict[type, str] = {list: "[]", dict: "{}", tuple: "[]"}
 
 
-# SQLite databases this process writes, merged into their file when the process exits.
+# SQLite databases this process writes, merged into their file when the process exits: the
+# live ones by their own engine; the file of one already let go (a phase's database that is
+# garbage once the phase returns) by its path.
 _WRITTEN_SQLITE: weakref.WeakSet[Database] = weakref.WeakSet()
+_WRITTEN_SQLITE_FILES: set[str] = set()
 
 
 @atexit.register
@@ -102,17 +106,28 @@ def _merge_sqlite_wal_at_exit() -> None:
     last commits (up to ~4 MB) in `stagecrawl.db-wal`, safe for SQLite, but then a backup or
     copy of `stagecrawl.db` alone lacks them, and on read-only media it cannot be read.
 
-    Not by closing the connections (the last close merges too): it also deletes `-wal` and
-    `-shm`, and a reader who may not write in the folder (another user's crawl) can read a
-    WAL database only while they exist. Nor does it wait: a reader holding a snapshot keeps
-    what it reads in the log, which the next checkpoint merges."""
-    for db in list(_WRITTEN_SQLITE):
+    A live database: not by closing its connections (the last close merges too): it also
+    deletes `-wal` and `-shm`, and a reader who may not write in the folder (another user's
+    crawl) can read a WAL database only while they exist. A database already let go: by a
+    connection of its own, whose close may be the last (the log is merged by then). Nor does
+    it wait: a reader holding a snapshot keeps what it reads in the log, which the next
+    checkpoint merges."""
+    live = list(_WRITTEN_SQLITE)
+    for db in live:
         # an exit never fails on its clean-up
         with contextlib.suppress(Exception), db.engine.connect() as conn:
             driver = conn.connection.dbapi_connection
             assert driver is not None
             driver.execute("PRAGMA busy_timeout=0")  # at once, or not at all
             driver.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    let_go = _WRITTEN_SQLITE_FILES - {os.path.abspath(db.sqlite_path or "") for db in live}
+    for path in sorted(p for p in let_go if os.path.exists(p)):
+        with contextlib.suppress(Exception):
+            own = sqlite3.connect(path, timeout=0)
+            try:
+                own.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            finally:
+                own.close()
 
 
 class Database:
@@ -167,6 +182,8 @@ class Database:
             if not read_only:
                 _check_sqlite_folder(parsed.database)
                 _WRITTEN_SQLITE.add(self)
+                if parsed.database and parsed.database != ":memory:":
+                    _WRITTEN_SQLITE_FILES.add(os.path.abspath(parsed.database))
             _sqlite_immediate_transactions(self.engine, read_only, sqlite_memory_mb)
         else:
             event.listen(self.engine, "do_connect", self._connect_through_outages)
