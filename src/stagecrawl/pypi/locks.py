@@ -11,6 +11,7 @@ never passes for clean.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shlex
@@ -112,15 +113,29 @@ _LOOSE_PIN = re.compile(
 _LINE_ERRORS = (pip_req.OptionParsingError, ValueError)  # ValueError: shlex, unclosed quote
 
 
-def _parse_line(line: str) -> tuple[str, Any]:
-    """A logical line's requirement (the words before the first option) and options."""
-    parser = pip_req.build_parser()  # one a line, as pip: appended options accumulate
+def _new_parser() -> Any:
+    parser = pip_req.build_parser()
     for gone in (*pip_req.LEGACY_OPTIONS_DEST, "install_options"):  # pip reads them no more
         parser.remove_option(pip_req.OPT_BY_OPTIONS_DEST[gone])
     parser.add_option("-C", "--config-settings", action="append", dest="config_settings")
     parser.add_option("--no-deps-for", action="append", dest="no_deps_for")
+    return parser
+
+
+@functools.cache
+def _defaults_parser() -> Any:
+    return _new_parser()
+
+
+def _parse_line(line: str) -> tuple[str, Any]:
+    """A logical line's requirement (the words before the first option) and options."""
     args, options = pip_req.break_args_options(line)
-    return args, parser.parse_args(shlex.split(options))[0]
+    if not options.strip():
+        # Most lines (a name and a pin) have no option: their options are the defaults, and
+        # no parser is built (one took 0.13 ms; 20,000 pins spent 5 s building them).
+        return args, _defaults_parser().get_default_values()
+    # One parser a line for a line with options, as pip: appended options accumulate.
+    return args, _new_parser().parse_args(shlex.split(options))[0]
 
 
 def _as_written(original: str, target: str) -> str:
