@@ -46,8 +46,6 @@ WHEN = {
     "TIMESTAMP", "LAST_UPDATED", "CLAIMED_BY", "CLAIMED_UNTIL", "CLAIMED_AT", "CHECKED_AT",
     "IMPORTED_AT", "CREATED_AT", "UPDATED_AT", "FIRST_SEEN", "LAST_SEEN",
 }  # fmt: skip
-# Tables of the run itself (who worked, when it ran), not of the data.
-RUN_TABLES = {"TB_STAGECRAWL_WORKERS", "TB_STAGECRAWL_SCHEMA"}
 ECOSYSTEM = {"crates": "crates.io", "pypi": "PyPI", "go": "Go"}
 LOCK_PINS = 20_000  # enough that registration takes a while on either backend
 
@@ -98,15 +96,14 @@ class Backend:
 
 
 def dump_everything(url: str) -> dict[str, list[dict[str, Any]]]:
-    """Every row of every table the runs made, sorted, without the columns that say when."""
+    """Every row of every table the runs made, sorted, without the columns that say when
+    (the worker table too: a stopped run's row must be gone, as a clean run's is)."""
     engine = create_engine(url)
     metadata = MetaData()
     metadata.reflect(engine)
     result: dict[str, list[dict[str, Any]]] = {}
     with engine.connect() as conn:
         for name, table in sorted(metadata.tables.items()):
-            if name.upper() in RUN_TABLES:
-                continue
             columns = [c for c in table.columns if c.name.upper() not in WHEN]
             rows = conn.execute(select(*columns)).all()
             result[name] = sorted(

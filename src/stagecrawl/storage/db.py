@@ -112,6 +112,13 @@ def _merge_sqlite_wal_at_exit() -> None:
     connection of its own, whose close may be the last (the log is merged by then). Nor does
     it wait: a reader holding a snapshot keeps what it reads in the log, which the next
     checkpoint merges."""
+    try:
+        _merge_sqlite_wals()
+    except KeyboardInterrupt:  # a Ctrl-C as the process ends: the log stays (safe), it exits
+        return
+
+
+def _merge_sqlite_wals() -> None:
     live = list(_WRITTEN_SQLITE)
     for db in live:
         # an exit never fails on its clean-up
