@@ -458,8 +458,12 @@ class QueueRun(Generic[R]):
         if not holders:
             # Finished, unless this worker's heartbeat took a dead worker's rows back after
             # the last claim began to read (they were leased then, and nobody holds them now):
-            # the next claim takes them.
-            return self._taken_back_at_claim == self._taken_back
+            # the next claim takes them. Nor while rows are claimable now: the last claim
+            # skipped them because another worker's claim, not committed yet, was taking them
+            # (two workers started together: the second ended at once with nothing done).
+            if self._taken_back_at_claim != self._taken_back:
+                return False
+            return not await asyncio.to_thread(self.queue.claimable_now, self._kept_out())
         now = utcnow()
         dead = [h for h in holders if h.worker != self.worker and h.dead(now)]
         if dead:

@@ -585,6 +585,13 @@ class SqlQueue(QueueReads):
                 execute_keyed(conn, shape, partial(self._set_keyed, values), chunk, bound)
 
     # -- reading ----------------------------------------------------------------------------
+    def claimable_now(self, exclude: Collection[str]) -> bool:
+        """Whether any row is claimable now, by a plain read that skips nothing: a claim skips
+        the rows another worker's claim is taking at that moment (SKIP LOCKED), whose leases
+        are not committed yet."""
+        query = select(self._c(self.spec.id)).where(self._claimable(utcnow(), exclude)).limit(1)
+        return self.db.read(lambda conn: conn.execute(query).first() is not None)
+
     def pending_count(self) -> int:
         """Rows claimable now or later (held ones included)."""
         query = select(func.count()).where(self._wanted())
