@@ -410,3 +410,36 @@ def test_the_owners_hold_the_one_latest_version_rule_and_the_yanked_flip(tmp_pat
         yanked = dict(conn.execute(select(versions.table.c.VERSION, versions.table.c.YANKED)).all())
     assert latest == "1.0.0" and yanked == {"1.0.0": False, "2.0.0": True}
     db.dispose()
+
+
+def test_rows_another_claim_is_taking_are_not_taken_for_the_end(queue: SqlQueue) -> None:
+    """A claim skips the rows another worker's claim has locked and not committed yet (SKIP
+    LOCKED): no lease shows, so the run looked finished, and a worker started beside another
+    ended at once with nothing done. Rows claimable now keep it going; it then takes them."""
+    if queue.db.is_sqlite:
+        pytest.skip("one writer on SQLite: no claim runs beside another")
+    Result = tuple[list[Claimed], int]
+
+    class Jobs(Handler[Result]):
+        def outcomes(self, result: Result) -> Sequence[Outcome]:
+            return [Outcome(row, 1) for row in result[0]]
+
+    async def main() -> list[str]:
+        run: QueueRun[Result] = QueueRun(queue, Jobs(), "w", RunSettings(lease_seconds=600))
+        await run.open()
+        try:
+            other = queue.db.engine.connect()  # another worker's claim, in flight
+            other.begin()
+            other.execute(select(queue.table).with_for_update())
+            assert await run.claim(10) == []  # skipped: locked
+            assert not await run.is_finished()
+            other.rollback()  # that claim took nothing in the end
+            other.close()
+            units = await run.claim(10)
+            await run.complete([(unit, 1) for unit in units])
+            assert await run.is_finished()
+            return sorted(unit[0].group for unit in units)
+        finally:
+            await run.close()
+
+    assert asyncio.run(main()) == ["a", "b", "c"]
