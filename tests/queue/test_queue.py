@@ -208,6 +208,27 @@ def test_a_run_does_not_retry_what_failed_in_it_and_gives_every_lease_back(
     assert states(queue)["b-0"][0] == 31
 
 
+Result = tuple[list[Claimed], int]
+
+
+class Jobs(Handler[Result]):
+    def outcomes(self, result: Result) -> Sequence[Outcome]:
+        return [Outcome(row, 1) for row in result[0]]
+
+
+async def finish_the_rest(run: QueueRun[Result]) -> list[str]:
+    """Claim what is left, write it, and the run is finished: the groups it took."""
+    units = await run.claim(10)
+    await run.complete([(unit, 1) for unit in units])
+    assert await run.is_finished()
+    return sorted(unit[0].group for unit in units)
+
+
+def one_run(queue: SqlQueue) -> QueueRun[Result]:
+    """A worker's run over the jobs, each written as done."""
+    return QueueRun(queue, Jobs(), "w", RunSettings(lease_seconds=600))
+
+
 def test_rows_a_heartbeat_took_back_after_the_last_claim_are_not_taken_for_the_end(
     queue: SqlQueue,
 ) -> None:
@@ -215,16 +236,10 @@ def test_rows_a_heartbeat_took_back_after_the_last_claim_are_not_taken_for_the_e
     them back from that worker when it died, ended its run with them undone: nobody held
     them any more, so the run looked finished (a crates collect beside a killed one exited
     0 with 12 rows left). The rows freed after the last claim began are claimed instead."""
-    Result = tuple[list[Claimed], int]
-
-    class Jobs(Handler[Result]):
-        def outcomes(self, result: Result) -> Sequence[Outcome]:
-            return [Outcome(row, 1) for row in result[0]]
-
     workers = Workers(queue.db)
 
     async def main() -> list[str]:
-        run: QueueRun[Result] = QueueRun(queue, Jobs(), "w", RunSettings(lease_seconds=600))
+        run = one_run(queue)
         await run.open()
         try:
             workers.register("other", False, 60)
@@ -239,10 +254,7 @@ def test_rows_a_heartbeat_took_back_after_the_last_claim_are_not_taken_for_the_e
                 )
             await asyncio.to_thread(run._beat)
             assert not await run.is_finished()
-            units = await run.claim(10)
-            await run.complete([(unit, 1) for unit in units])
-            assert await run.is_finished()
-            return sorted(unit[0].group for unit in units)
+            return await finish_the_rest(run)
         finally:
             await run.close()
 
@@ -418,14 +430,9 @@ def test_rows_another_claim_is_taking_are_not_taken_for_the_end(queue: SqlQueue)
     ended at once with nothing done. Rows claimable now keep it going; it then takes them."""
     if queue.db.is_sqlite:
         pytest.skip("one writer on SQLite: no claim runs beside another")
-    Result = tuple[list[Claimed], int]
-
-    class Jobs(Handler[Result]):
-        def outcomes(self, result: Result) -> Sequence[Outcome]:
-            return [Outcome(row, 1) for row in result[0]]
 
     async def main() -> list[str]:
-        run: QueueRun[Result] = QueueRun(queue, Jobs(), "w", RunSettings(lease_seconds=600))
+        run = one_run(queue)
         await run.open()
         try:
             other = queue.db.engine.connect()  # another worker's claim, in flight
@@ -435,10 +442,7 @@ def test_rows_another_claim_is_taking_are_not_taken_for_the_end(queue: SqlQueue)
             assert not await run.is_finished()
             other.rollback()  # that claim took nothing in the end
             other.close()
-            units = await run.claim(10)
-            await run.complete([(unit, 1) for unit in units])
-            assert await run.is_finished()
-            return sorted(unit[0].group for unit in units)
+            return await finish_the_rest(run)
         finally:
             await run.close()
 
