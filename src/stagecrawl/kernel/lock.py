@@ -89,6 +89,18 @@ def read_lockfile(registry: Registry[Any], path: Path) -> LockInput:
     return registry.read_lock(path, text)
 
 
+async def read_lockfiles(
+    registry: Registry[Any], paths: Sequence[Path], stop: GracefulStop | None
+) -> list[LockInput]:
+    """Lock files from disk, each read once, off the loop when a stop is watched (a large file
+    takes seconds to parse, and a stop then ends the wait at once)."""
+    if stop is None:
+        return [read_lockfile(registry, path) for path in paths]
+    return [
+        await stop.off_the_loop(functools.partial(read_lockfile, registry, path)) for path in paths
+    ]
+
+
 async def read_sources(
     registry: Registry[Any],
     s: Settings,
@@ -289,12 +301,8 @@ async def run_lock(
     sources.check()  # the options before any file is read
     registry.configure(s)
     report = LockReport(registry.decl.words.units)
-    # from disk alone, nothing cloned or asked, and read once; off the loop, so that a stop
-    # during the parse of a large file is honoured at once
-    files_read = [
-        await stop.off_the_loop(functools.partial(read_lockfile, registry, path))
-        for path in sources.lockfiles
-    ]
+    # from disk alone: nothing cloned or asked
+    files_read = await read_lockfiles(registry, sources.lockfiles, stop)
     # With `expand` the source is asked: its settings are checked before a clone; pins alone
     # ask nothing of the registry (a Python lock file is its own resolution).
     fetcher = registry_fetcher(registry, s) if expand else None

@@ -18,7 +18,7 @@ from sqlalchemy import Connection, select
 from stagecrawl.components import download_fetcher, open_database
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.errors import ConfigError, InputError, StorageError
-from stagecrawl.kernel.lock import LockSources, read_lockfile, read_sources
+from stagecrawl.kernel.lock import LockSources, read_lockfiles, read_sources
 from stagecrawl.kernel.registry import LockInput, Pin, Registry
 from stagecrawl.sca.ai import AiBackfillReport, AiLicenseClient, backfill_ai
 from stagecrawl.sca.audit import (
@@ -204,8 +204,8 @@ async def gather(
             gathered.whole.append(name)
         else:
             gathered.packages.append(registry.audit_package(name, version, "argument"))
-    for path in inputs.lockfiles:
-        add_lock(registry, gathered, read_lockfile(registry, path))
+    for lock in await read_lockfiles(registry, inputs.lockfiles, stop):
+        add_lock(registry, gathered, lock)
     if inputs.repo is not None:
         sources = replace(inputs.sources, lockfiles=())
         for read in await read_sources(registry, s, sources, stop):
