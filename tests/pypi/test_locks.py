@@ -17,9 +17,10 @@ from stagecrawl.pypi.locks import (
     PYLOCK,
     REQUIREMENTS,
     UV,
-    locks_at_tag,
     parse_lock,
 )
+from stagecrawl.pypi.plugin import REGISTRY
+from stagecrawl.settings import Settings
 from tests.services import needs_shared, shared_path
 
 LOCKS = shared_path("pypi", "locks")
@@ -313,6 +314,9 @@ def _git(cwd: Path, *args: str) -> None:
     subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
 
 
+REQUESTS_SIX = [("requests", "2.18.0"), ("six", "1.11.0")]
+
+
 async def test_locks_at_each_git_tag(tmp_path: Path) -> None:
     work = tmp_path / "project"
     work.mkdir()
@@ -320,10 +324,12 @@ async def test_locks_at_each_git_tag(tmp_path: Path) -> None:
     _git(work, "config", "user.email", "t@example.org")
     _git(work, "config", "user.name", "t")
     (work / "requirements.txt").write_text("requests==2.18.0\nsix==1.11.0\n")
+    (work / "requirements-dev.txt").write_text("-r requirements.txt\npytest==7.0.0\n")
     _git(work, "add", ".")
     _git(work, "commit", "-qm", "one")
     _git(work, "tag", "v1")
     (work / "requirements.txt").unlink()
+    (work / "requirements-dev.txt").unlink()
     (work / "uv.lock").write_text(UV_LOCK)
     _git(work, "add", "-A")
     _git(work, "commit", "-qm", "two")
@@ -336,11 +342,19 @@ async def test_locks_at_each_git_tag(tmp_path: Path) -> None:
     repo = GitRepo(str(work), tmp_path / "cache")
     await repo.sync()
     assert await repo.tags() == ["v1", "v2", "v3"]
-    v1 = await locks_at_tag(repo, "v1")
-    assert [(lk.kind, pins(lk)) for lk in v1] == [
-        (REQUIREMENTS, [("requests", "2.18.0"), ("six", "1.11.0")])
+    settings = Settings()
+
+    async def locks_at_tag(tag: str) -> list[LockInput]:
+        return await REGISTRY.locks_at_tag(repo, tag, settings, None)
+
+    # every lock file the declaration names at the top, as `stagecrawl audit DIR` finds them;
+    # an include read from the same tree
+    v1 = await locks_at_tag("v1")
+    assert [(lk.where, pins(lk)) for lk in v1] == [
+        ("project@v1 requirements-dev.txt", [("pytest", "7.0.0"), *REQUESTS_SIX]),
+        ("project@v1 requirements.txt", REQUESTS_SIX),
     ]
-    assert v1[0].where == "project@v1 requirements.txt"
-    v2 = await locks_at_tag(repo, "v2")
+    assert {lk.kind for lk in v1} == {REQUIREMENTS}
+    v2 = await locks_at_tag("v2")
     assert [lk.kind for lk in v2] == [UV] and len(pins(v2[0])) == 3
-    assert await locks_at_tag(repo, "v3") == []
+    assert await locks_at_tag("v3") == []

@@ -247,8 +247,10 @@ class Crates(Registry[CratesClient]):
 
     # -- locks and pins ---------------------------------------------------------------------
 
-    def read_lock(self, path: Path, text: str) -> LockInput:
-        return read_cargo_lock(text, str(path), LOCKFILE, path.resolve().parent.name)
+    def read_lock(
+        self, path: Path, text: str, where: str | None = None, root: Path | None = None
+    ) -> LockInput:
+        return read_cargo_lock(text, where or str(path), LOCKFILE, path.resolve().parent.name)
 
     async def locks_at_tag(
         self, repo: GitRepo, tag: str, s: Settings, stop: GracefulStop | None

@@ -304,8 +304,12 @@ class Go(Registry[GoClient]):
         reasons = {v: module.reason(v) for v in module.versions}
         tables.GoTables(db).set_retractions(conn, listing.name, reasons)
 
-    def read_lock(self, path: Path, text: str) -> LockInput:
-        return self._private(locks.read_lock(path, text))
+    def read_lock(
+        self, path: Path, text: str, where: str | None = None, root: Path | None = None
+    ) -> LockInput:
+        lock = self._private(locks.read_lock(path, text))
+        lock.where = where or lock.where
+        return lock
 
     async def locks_at_tag(
         self, repo: GitRepo, tag: str, s: Settings, stop: GracefulStop | None

@@ -9,8 +9,10 @@ registry's work (clients, parsers, rows) is imported only when a command runs it
 
 from __future__ import annotations
 
+import fnmatch
 import importlib
 from dataclasses import dataclass
+from pathlib import Path
 
 from stagecrawl.settings import Section
 from stagecrawl.storage.names import RegistryNames
@@ -65,6 +67,22 @@ class RegistryDecl:
     @property
     def code(self) -> str:
         return self.names.code
+
+    def lock_kind(self, name: str) -> str | None:
+        """The kind of lock file a file name declares (None: no pattern names it)."""
+        for kind in self.locks:
+            if any(fnmatch.fnmatchcase(name, pattern) for pattern in kind.patterns):
+                return kind.kind
+        return None
+
+    def locks_in(self, folder: Path) -> list[Path]:
+        """The lock files directly in `folder`, in the declaration's order."""
+        found = [p for pattern in self.lock_patterns for p in sorted(folder.glob(pattern))]
+        return [p for p in dict.fromkeys(found) if p.is_file()]
+
+    @property
+    def lock_patterns(self) -> list[str]:
+        return [pattern for kind in self.locks for pattern in kind.patterns]
 
     def declare_tables(self) -> None:
         """Its tables declared (their module imported), its clients not loaded."""

@@ -6,7 +6,6 @@ same for the license policy. The registries are handed in (the kernel knows none
 
 from __future__ import annotations
 
-import fnmatch
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -37,8 +36,7 @@ def find_locks(root: Path, registries: Sequence[Registry[Any]]) -> dict[str, lis
 
     def claim(path: Path) -> None:
         for registry in registries:
-            patterns = [p for kind in registry.decl.locks for p in kind.patterns]
-            if any(fnmatch.fnmatchcase(path.name, p) for p in patterns):
+            if registry.decl.lock_kind(path.name) is not None:
                 found.setdefault(registry.code, []).append(path)
                 return
 
@@ -53,7 +51,7 @@ def find_locks(root: Path, registries: Sequence[Registry[Any]]) -> dict[str, lis
 
 
 def _no_locks(root: Path, registries: Sequence[Registry[Any]]) -> InputError:
-    names = ", ".join(p for r in registries for k in r.decl.locks for p in k.patterns)
+    names = ", ".join(p for r in registries for p in r.decl.lock_patterns)
     return InputError(f"no lock file under {root} (looked for {names})")
 
 

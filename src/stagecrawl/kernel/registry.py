@@ -339,14 +339,34 @@ class Registry(ABC, Generic[C]):
     # -- locks and pins ---------------------------------------------------------------------
 
     @abstractmethod
-    def read_lock(self, path: Path, text: str) -> LockInput:
-        """One lock file of the registry's (InputError when it is not readable as one)."""
+    def read_lock(
+        self, path: Path, text: str, where: str | None = None, root: Path | None = None
+    ) -> LockInput:
+        """One lock file of the registry's, named `where` in what it reports (its path by
+        default); what it includes is read from beside it, never from outside `root` when
+        given. InputError when it is not readable as one."""
 
-    @abstractmethod
     async def locks_at_tag(
         self, repo: GitRepo, tag: str, s: Settings, stop: GracefulStop | None
     ) -> list[LockInput]:
-        """The lock files of a repository at one tag (a resolver may run, as cargo does)."""
+        """The lock files the declaration names at the top of the tree at `tag`, each read as
+        `read_lock` reads one, its includes from that tree alone. None is not an error: the
+        caller reports a tag without a lock file (nothing is resolved here; a registry whose
+        tags need a resolver, as cargo's do, or one file of several, as Go's, says its own)."""
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="stagecrawl-tag-") as tmp:
+            tree = Path(tmp)
+            await repo.export(tag, tree)
+            return [
+                self.read_lock(
+                    path,
+                    path.read_text(encoding="utf-8", errors="replace"),
+                    f"{repo.label}@{tag} {path.name}",
+                    tree,
+                )
+                for path in self.decl.locks_in(tree)
+            ]
 
     @abstractmethod
     def parse_pin(self, text: str) -> tuple[str, str | None]:

@@ -15,7 +15,6 @@ import functools
 import os
 import re
 import shlex
-import tempfile
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -23,27 +22,23 @@ from typing import Any
 import pip_requirements_parser as pip_req
 from packaging.specifiers import SpecifierSet
 
-from stagecrawl.engine.git import GitRepo
 from stagecrawl.errors import InputError
 from stagecrawl.kernel.registry import LockInput, Pin
+from stagecrawl.pypi.declaration import DECLARATION
 from stagecrawl.pypi.names import name_problem, normalize
 from stagecrawl.sca.audit import Unaudited
 
 REQUIREMENTS, POETRY, UV, PYLOCK = "requirements", "poetry.lock", "uv.lock", "pylock.toml"
-LOCK_NAMES = ("poetry.lock", "uv.lock", "pylock.toml", "requirements.txt")
 NOT_FROM_INDEX = "not from a package index"
-_PYLOCK_NAME = re.compile(r"^pylock\.([^.]+\.)?toml$")
 
 
 def kind_of(path: str, text: str) -> str:
-    """Which format a lock file is, by its name, else by its content."""
+    """Which format a lock file is, by its name (the declaration's patterns, any `.txt` or `.in`
+    a requirements file), else by its content."""
     name = path.rsplit("/", 1)[-1]
-    if name == "poetry.lock":
-        return POETRY
-    if name == "uv.lock":
-        return UV
-    if _PYLOCK_NAME.match(name):
-        return PYLOCK
+    kind = DECLARATION.lock_kind(name)
+    if kind is not None:
+        return kind
     if name.endswith((".txt", ".in")):
         return REQUIREMENTS
     try:
@@ -58,7 +53,8 @@ def kind_of(path: str, text: str) -> str:
         return POETRY
     if "version" in document and "package" in document:
         return UV
-    raise InputError(f"{path}: not a lock file stagecrawl reads ({', '.join(LOCK_NAMES)})")
+    names = ", ".join(DECLARATION.lock_patterns)
+    raise InputError(f"{path}: not a lock file stagecrawl reads ({names})")
 
 
 def parse_lock(
@@ -417,29 +413,3 @@ def parse_pylock(document: dict[str, Any], where: str) -> LockInput:
         location, commit = place.get("url") or place.get("path"), place.get("commit-id")
         lock.unaudited.append(_foreign(entry, where, kind, location, commit))
     return lock
-
-
-def find_locks(tree: Path) -> list[Path]:
-    """The lock files at the top of a tree, in LOCK_NAMES order (pylock.*.toml included)."""
-    found = [tree / name for name in LOCK_NAMES if (tree / name).is_file()]
-    found += sorted(p for p in tree.glob("pylock.*.toml") if p.is_file())
-    return found
-
-
-async def locks_at_tag(repo: GitRepo, tag: str) -> list[LockInput]:
-    """Every lock file committed at the top of the tree at `tag` (none is not an error: the
-    caller reports a tag without a lock file; there is no resolver to make one). A requirements
-    file's includes are read from the same tree, never from outside it."""
-    with tempfile.TemporaryDirectory(prefix="stagecrawl-tag-") as tmp:
-        tree = Path(tmp)
-        await repo.export(tag, tree)
-        return [
-            parse_lock(
-                path.read_text(encoding="utf-8", errors="replace"),
-                path.name,
-                f"{repo.label}@{tag} {path.name}",
-                path,
-                tree,
-            )
-            for path in find_locks(tree)
-        ]

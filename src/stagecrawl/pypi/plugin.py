@@ -15,9 +15,7 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from stagecrawl.engine.fetcher import Fetcher, Validators
-from stagecrawl.engine.git import GitRepo
 from stagecrawl.engine.ratelimit import Lane, Lanes, Rate
-from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.errors import FetchError, InputError
 from stagecrawl.kernel.failures import explain_failure
 from stagecrawl.kernel.registry import (
@@ -34,7 +32,7 @@ from stagecrawl.pypi.client import API, FILES, FILES_HOST, INDEX, PyPIClient, Si
 from stagecrawl.pypi.collect import collect_project, product_row, version_row
 from stagecrawl.pypi.declaration import DECLARATION, PypiSettings
 from stagecrawl.pypi.ecosystem import PYPI
-from stagecrawl.pypi.locks import locks_at_tag, parse_lock
+from stagecrawl.pypi.locks import parse_lock
 from stagecrawl.pypi.names import name_problem, normalize
 from stagecrawl.pypi.versions import is_valid, version_key
 from stagecrawl.settings import Settings
@@ -180,14 +178,11 @@ class Pypi(Registry[PyPIClient]):
 
     # -- locks and pins ---------------------------------------------------------------------
 
-    def read_lock(self, path: Path, text: str) -> LockInput:
+    def read_lock(
+        self, path: Path, text: str, where: str | None = None, root: Path | None = None
+    ) -> LockInput:
         """Any of PyPI's lock files; a requirements file with its `-r`/`-c` includes."""
-        return parse_lock(text, path.name, str(path), path)
-
-    async def locks_at_tag(
-        self, repo: GitRepo, tag: str, s: Settings, stop: GracefulStop | None
-    ) -> list[LockInput]:
-        return await locks_at_tag(repo, tag)
+        return parse_lock(text, path.name, where or str(path), path, root)
 
     def parse_pin(self, text: str) -> tuple[str, str | None]:
         """`NAME==VERSION` (a bare NAME, or another specifier, is refused: no resolver)."""
