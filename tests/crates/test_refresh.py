@@ -113,6 +113,8 @@ def test_unchanged_crates_cost_one_304_each_and_changes_only_what_changed(
         changed = stagecrawl("crates", "refresh", *urls)
         assert changed.returncode == 0, changed.stderr
         assert [r.path for r in api_origin.log] == ["/api/v1/crates/steady-000"]
+        # the collect reads the index file the refresh found changed: asked once, not twice
+        assert len(index.requests_to("*/steady-000")) == 1
         after = dump(db)
         events = {(e["NAME"], e["VERSION"]): e for e in after[0]}
         assert events[("steady-000", "1.2.0")]["PROCESSED"] == 1
@@ -204,8 +206,9 @@ def test_a_long_retry_after_leaves_every_crate_waiting_not_failed(tmp_path: Path
 
 def test_what_waits_after_a_refresh_and_its_collect_is_counted_once(tmp_path: Path) -> None:
     """One crate changed; the index host then pauses before the other three are asked, and the
-    collect that follows cannot ask it about the changed crate either: four wait in all (three
-    crates not asked, one event not attempted), each counted once."""
+    collect that follows (the changed index file it has from the refresh) finds the API host
+    paused: four wait in all (three crates not asked, one event not attempted), each counted
+    once."""
     root = tmp_path / "reg"
     names = [f"paused-{i}" for i in range(4)]
     one_version_each(root, names)
@@ -217,6 +220,7 @@ def test_what_waits_after_a_refresh_and_its_collect_is_counted_once(tmp_path: Pa
         write_index(root, names[0], [index_line(names[0], "1.0.0"), index_line(names[0], "1.1.0")])
         for name in names[1:]:
             index.rule(f"/pa/us/{name}", too_many=10**9, retry_after="900")
+        api_origin.rule(f"/api/v1/crates/{names[0]}", too_many=10**9, retry_after="900")
 
         paused = stagecrawl("crates", "refresh", *urls, "--format", "json")
         assert paused.returncode == 1, paused.stderr

@@ -138,6 +138,11 @@ def test_a_refresh_of_400_projects_with_4_changed_costs_what_changed(tmp_path: P
         # answers and files): in proportion to the 4, where asking each stored project was 400
         assert sent <= 4 * 4 + 1, [r.path for r in origin.log[asked:]]
         assert sum(report["requests"].values()) == sent
+        # the collect reads the pages the refresh found changed: each asked once, not twice
+        pages = [r.path for r in origin.log[asked:] if r.path.startswith("/simple/held-")]
+        assert sorted(pages) == [f"/simple/{n}/" for n in ("held-007", "held-123")] + [
+            f"/simple/{n}/" for n in ("held-250", "held-399")
+        ]
 
         again = stagecrawl("pypi", "refresh", *args)
         assert again.returncode == 0, again.stderr

@@ -3,88 +3,19 @@ JSON API (enrichment), each answer cached for the run so a crate costs one reque
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import hashlib
 import logging
-from collections import OrderedDict
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
 
 from stagecrawl.crates.api import ApiCrate, parse_api_crate
 from stagecrawl.crates.index import IndexProblem, IndexVersion, parse_index_file
 from stagecrawl.crates.names import identity_key, index_path, spelling_variants
 from stagecrawl.engine.fetcher import Fetcher, FetchResult, Validators
 from stagecrawl.engine.ratelimit import origin_of
+from stagecrawl.engine.runcache import PARSED_WEIGHT, RunCache
 from stagecrawl.errors import NotFound, TransientError
 
-T = TypeVar("T")
 log = logging.getLogger("stagecrawl.crates")
-
-
-# What the run cache may hold, by estimated size in memory: parsed answers weigh about 8×
-# their raw bytes (an index file of 30 versions, 8 KB raw, is ~64 KB as IndexVersions). The
-# bound is in bytes, not entries: a crate of 3,000 versions weighs a hundred small ones.
-RUN_CACHE_BYTES = 32 * 1024 * 1024
-RUN_CACHE_ENTRIES = 4096
-PARSED_WEIGHT = 8
-
-
-class RunCache(Generic[T]):
-    """Futures by key, so concurrent askers share one request (a crawl's seeder and collector
-    ask the index for the same crate). Finished entries are dropped oldest first past
-    `max_bytes` (each weighed by `weigh` when it finishes) or `size` entries, and on `forget`
-    once the caller is done with one, so memory is bounded by these settings, not by the
-    size of the crawl."""
-
-    def __init__(
-        self,
-        size: int = RUN_CACHE_ENTRIES,
-        max_bytes: int = RUN_CACHE_BYTES,
-        weigh: Callable[[T], int] = lambda _value: 0,
-    ) -> None:
-        self.size = size
-        self.max_bytes = max_bytes
-        self.weigh = weigh
-        self.bytes = 0
-        self._entries: OrderedDict[str, asyncio.Future[T]] = OrderedDict()
-        self._weights: dict[asyncio.Future[T], int] = {}
-
-    async def get(self, key: str, make: Callable[[], Awaitable[T]]) -> T:
-        future = self._entries.get(key)
-        if future is None:
-            future = asyncio.ensure_future(make())
-            future.add_done_callback(functools.partial(self._settled, key))
-            self._entries[key] = future
-            self._evict()
-        return await asyncio.shield(future)
-
-    def forget(self, key: str) -> None:
-        """The caller is done with `key` (its rows are built): drop it if it is finished."""
-        future = self._entries.get(key)
-        if future is not None and future.done():
-            del self._entries[key]
-            self.bytes -= self._weights.pop(future, 0)
-
-    def _settled(self, key: str, future: asyncio.Future[T]) -> None:
-        # The cache owns its futures: one whose askers were all cancelled (a stop past the
-        # grace period) must not end in "exception was never retrieved" on stderr.
-        if future.cancelled() or future.exception() is not None:
-            return
-        weight = self.weigh(future.result())
-        if weight and self._entries.get(key) is future:  # (not evicted or forgotten meanwhile)
-            self._weights[future] = weight
-            self.bytes += weight
-            self._evict()
-
-    def _evict(self) -> None:
-        while len(self._entries) > self.size or self.bytes > self.max_bytes:
-            oldest_key, oldest = next(iter(self._entries.items()))
-            if not oldest.done():
-                break
-            del self._entries[oldest_key]
-            self.bytes -= self._weights.pop(oldest, 0)
 
 
 @dataclass(frozen=True)
@@ -167,6 +98,10 @@ class CratesClient:
         not found as given. Raises NotFound when no variant exists, IndexFormatError on a
         malformed file."""
         return await self._index.get(identity_key(name), lambda: self._fetch_index(name))
+
+    def keep(self, name: str, entry: IndexEntry) -> None:
+        """An index file got otherwise (a refresh found it changed), kept for the run."""
+        self._index.put(identity_key(name), entry)
 
     async def _fetch_index(self, name: str) -> IndexEntry:
         last: NotFound | None = None

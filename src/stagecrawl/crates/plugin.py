@@ -237,7 +237,9 @@ class Crates(Registry[CratesClient]):
             return None
         if hashlib.sha256(result.content).hexdigest() == state["CONTENT_SHA256"]:
             return "same_content"
-        return _listing(index_entry(result.content, result.validators, target.name))
+        entry = index_entry(result.content, result.validators, target.name)
+        client.keep(target.name, entry)  # changed: the collect that follows reads it
+        return _listing(entry)
 
     def save_refresh_state(self, conn: Connection, db: Database, listing: Listing) -> None:
         from stagecrawl.queue import utcnow

@@ -7,20 +7,19 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 from urllib.parse import quote
 
 from stagecrawl.engine.fetcher import Fetcher, FetchResult, Validators
+from stagecrawl.engine.runcache import RunCache
 from stagecrawl.go.versions import escape
 
 PROXY, INDEX, ZIP = "proxy", "index", "zip"
 NO_FETCH = {"Disable-Module-Fetch": "true"}
 FEED_PAGE = 2000  # the feed's largest page
-CACHED = 4096  # answers a crawl's seeder keeps for its collector (a bound, not a cache policy)
 
 
 class FeedRow(NamedTuple):
@@ -48,39 +47,42 @@ def private_patterns(configured: str) -> list[str]:
 
 
 class GoClient:
-    """One run's requests to the proxy, the feed and the zips; what a seeder fetched is kept
-    (bounded) for the collector beside it, and dropped once a module is collected."""
+    """One run's requests to the proxy, the feed and the zips; what a seeder (or a refresh)
+    fetched is kept in the run cache for the collector beside it, and dropped once a module
+    is collected."""
 
     def __init__(self, fetcher: Fetcher, proxy_url: str, index_url: str) -> None:
         self.fetcher = fetcher
         self.proxy = proxy_url.rstrip("/") + "/"
         self.index = index_url
-        self.kept: OrderedDict[tuple[str, str], Any] = OrderedDict()
+        # weighed by their bytes (a parsed listing a little more: its versions are split)
+        self._lists: RunCache[FetchResult] = RunCache(weigh=lambda r: 2 * len(r.content))
+        self._mods: RunCache[str] = RunCache(weigh=lambda text: 64 + len(text))
         self.page = FEED_PAGE
 
     def _url(self, path: str, tail: str) -> str:
         return self.proxy + quote(escape(path), safe="/!~") + tail
 
-    def _keep(self, key: tuple[str, str], value: Any) -> Any:
-        self.kept[key] = value
-        while len(self.kept) > CACHED:
-            self.kept.popitem(last=False)
-        return value
-
-    def forget(self, path: str) -> None:
-        for key in [k for k in self.kept if k[0] == path]:
-            del self.kept[key]
+    def forget(self, path: str, versions: Iterable[str]) -> None:
+        """The module's rows are built: its answers need not stay in memory."""
+        self._lists.forget(path)
+        for version in versions:
+            self._mods.forget(f"{path}@{version}")
 
     async def listing(self, path: str, validators: Validators | None = None) -> FetchResult:
         """The @v/list answer (a 304 when `validators` still hold)."""
-        key = (path, "@list")
-        if validators is None and key in self.kept:
-            return cast(FetchResult, self.kept[key])
-        result = await self.fetcher.get(
+        if validators is None:
+            return await self._lists.get(path, lambda: self._listing(path, None))
+        result = await self._listing(path, validators)
+        if not result.not_modified:
+            self._lists.put(path, result)  # changed: the collect that follows reads it
+        return result
+
+    async def _listing(self, path: str, validators: Validators | None) -> FetchResult:
+        return await self.fetcher.get(
             self._url(path, "/@v/list"), lane=PROXY, validators=validators, headers=NO_FETCH,
             allow_empty=True,
         )  # fmt: skip
-        return result if result.not_modified else self._keep(key, result)
 
     async def info(self, path: str, version: str) -> dict[str, Any]:
         url = self._url(path, f"/@v/{quote(escape(version), safe='!+~')}.info")
@@ -90,14 +92,14 @@ class GoClient:
         return found
 
     async def mod(self, path: str, version: str) -> str:
-        """The go.mod bytes (immutable: kept for the run's collector)."""
-        key = (path, version)
-        if key in self.kept:
-            return cast(str, self.kept[key])
+        """The go.mod text (immutable: kept for the run's collector)."""
+        return await self._mods.get(f"{path}@{version}", lambda: self._mod(path, version))
+
+    async def _mod(self, path: str, version: str) -> str:
         url = self._url(path, f"/@v/{quote(escape(version), safe='!+~')}.mod")
         result = await self.fetcher.get(url, lane=PROXY, headers=NO_FETCH)
         try:
-            return str(self._keep(key, result.content.decode("utf-8")))
+            return result.content.decode("utf-8")
         except UnicodeDecodeError:
             raise ValueError(f"{path}@{version}: .mod is not UTF-8") from None
 

@@ -213,7 +213,7 @@ class Go(Registry[GoClient]):
         module = await self._resolve(client, name, list(found))  # the proxy answered for them
         assert module is not None
         rows = [await self._row(client, module, v, *found[v], context) for v in found]
-        client.forget(name)
+        client.forget(name, module.versions)
         product = {
             "LANGUAGE": self.language, "REPOSITORY": self.repository, "PRODUCT_KEY": name,
             "NAME": name, "DESCRIPTION": None, "URL": f"https://pkg.go.dev/{name}", "SCM": None,

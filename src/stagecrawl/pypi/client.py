@@ -5,10 +5,10 @@ followed, relative Location included) and the files host (`files`, PEP 658 core 
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
 from dataclasses import dataclass
 
 from stagecrawl.engine.fetcher import Fetcher, FetchResult, Validators
+from stagecrawl.engine.runcache import PARSED_WEIGHT, RunCache
 from stagecrawl.errors import NotFound
 from stagecrawl.pypi.jsonapi import ApiRelease, parse_json_api
 from stagecrawl.pypi.metadata import CoreMetadata, parse_core_metadata
@@ -17,7 +17,6 @@ from stagecrawl.pypi.simple import SIMPLE_JSON, DistFile, SimpleProject, parse_s
 
 FILES_HOST = "https://files.pythonhosted.org/"  # the files lane's home; chosen by name anyway
 INDEX, API, FILES = "index", "api", "files"
-FRESH_PAGES = 4096  # Simple pages a seed fetched, kept for the collector of the same run
 
 
 class MetadataMismatch(ValueError):
@@ -29,6 +28,7 @@ class SimplePage:
     project: SimpleProject
     validators: Validators
     last_serial: int | None  # X-PyPI-Last-Serial (or the page's meta._last-serial)
+    raw_bytes: int = 0  # the page as served (the run cache weighs it by this)
 
 
 class PyPIClient:
@@ -36,23 +36,27 @@ class PyPIClient:
         self.fetcher = fetcher
         self.index_url = index_url.rstrip("/") + "/"
         self.api_url = api_url.rstrip("/") + "/"
-        self._fresh: OrderedDict[str, SimplePage] = OrderedDict()
-
-    def remember(self, page: SimplePage) -> None:
-        """Keep a page just fetched (by a seed) for one later `simple` call in this run: a
-        crawled project then costs one index request, not two."""
-        self._fresh[page.project.name] = page
-        while len(self._fresh) > FRESH_PAGES:
-            self._fresh.popitem(last=False)
+        # A page a seed or a refresh fetched, kept for the collector of the same run: a
+        # crawled or changed project costs one index request, not two.
+        self._pages: RunCache[SimplePage | None] = RunCache(weigh=_weight)
 
     async def simple(self, name: str, validators: Validators | None = None) -> SimplePage | None:
         """The project's Simple page in JSON; None when `validators` still match (304).
         Raises NotFound for an unknown project, SimpleFormatError for a reply that is not a
         PEP 691 page (HTML where JSON was asked, not JSON)."""
+        key = normalize(name)
         if validators is None:
-            fresh = self._fresh.pop(normalize(name), None)
-            if fresh is not None:
-                return fresh
+            return await self._pages.get(key, lambda: self._simple(name, None))
+        page = await self._simple(name, validators)
+        if page is not None:
+            self._pages.put(key, page)
+        return page
+
+    def forget(self, name: str) -> None:
+        """The project's rows are built: its page need not stay in memory."""
+        self._pages.forget(normalize(name))
+
+    async def _simple(self, name: str, validators: Validators | None) -> SimplePage | None:
         url = f"{self.index_url}{normalize(name)}/"
         result = await self.fetcher.get(
             url, lane=INDEX, validators=validators, headers={"Accept": SIMPLE_JSON}
@@ -60,7 +64,8 @@ class PyPIClient:
         if result.not_modified:
             return None
         project = parse_simple_page(result.content, result.url, name)
-        return SimplePage(project, result.validators, _serial(result) or project.last_serial)
+        serial = _serial(result) or project.last_serial
+        return SimplePage(project, result.validators, serial, len(result.content))
 
     async def serials(self) -> dict[str, int]:
         """The root Simple listing's `_last-serial` of every project, by PEP 503 name (PEP 691
@@ -109,6 +114,10 @@ class PyPIClient:
                     f" {file.core_metadata_sha256[:12]}…"
                 )
         return parse_core_metadata(result.content)
+
+
+def _weight(page: SimplePage | None) -> int:
+    return 0 if page is None else PARSED_WEIGHT * page.raw_bytes
 
 
 def _serial(result: FetchResult) -> int | None:

@@ -113,15 +113,15 @@ class Pypi(Registry[PyPIClient]):
         return PyPIClient(fetcher, p.index_url, p.api_url)
 
     async def seed_one(self, client: PyPIClient, name: str) -> Listing:
-        page = await client.simple(name)
+        page = await client.simple(name)  # kept for the crawl's collector (the run cache)
         assert page is not None  # no validators sent: no 304
-        client.remember(page)  # a crawl's collector uses it: one index request a project
         return _listing(page)
 
     async def collect_one(
         self, client: PyPIClient, name: str, versions: Sequence[str], context: CollectContext
     ) -> Collected:
         project = await collect_project(client, name, wanted=set(versions))
+        client.forget(name)
         rows = [version_row(project, f, context.now, context.licenses) for f in project.versions]
         releases = project.page.project.releases
         return Collected(
