@@ -178,3 +178,21 @@ def test_an_advisory_on_a_mixed_case_module_hits_its_collected_versions(
         (path, "v1.0.0"),
         (path, "v1.1.0"),
     ]
+
+
+def test_a_modules_versions_are_asked_together_not_one_after_another(tmp_path: Path) -> None:
+    """A module of many versions on a slow proxy: its versions' requests are in flight
+    together (the lane paces them), not one round trip after another (a module of 300
+    versions took 600 round trips). Counted from the origin's own arrival times."""
+    server = GoOrigin()
+    path = "example.com/many/versions"
+    for v in range(24):
+        server.publish(path, f"v1.{v}.0", f"module {path}\n\ngo 1.22\n")
+    server.rule("*.info", stall=0.4)
+    with server:
+        url = f"sqlite:///{tmp_path / 'm.db'}"
+        done = stagecrawl("go", "crawl", path, "--db", url, *world.urls(server, 1000))
+        assert done.returncode == 0, done.stderr
+    # one after another, no two .info requests would arrive within 0.4 s of each other
+    assert server.max_in_window("*.info", window=0.4) >= 4
+    assert len(rows(tmp_path / "m.db", "SELECT * FROM TB_COMP_LIB_VERSION_GOLANG")) == 24

@@ -10,11 +10,13 @@ import json
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection
 
+from stagecrawl.engine.fanout import all_or_none
 from stagecrawl.engine.fetcher import Fetcher, Validators
 from stagecrawl.engine.git import GitRepo
 from stagecrawl.engine.ratelimit import Lane, Lanes, Rate
@@ -202,17 +204,22 @@ class Go(Registry[GoClient]):
         if match_private(self.private, name):
             raise SourceFailed(PROXY, UnreadableAnswer(f"{name} is private: not asked"))
         await client.listing(name)  # the module is not there: every event not found
-        found: dict[str, tuple[dict[str, Any], str]] = {}
-        for version in versions:
+
+        async def answers(version: str) -> tuple[str, dict[str, Any], str] | None:
             try:
-                found[version] = await client.info(name, version), await client.mod(name, version)
+                return version, await client.info(name, version), await client.mod(name, version)
             except NotFound:
-                continue  # that version is not on the proxy: not found
+                return None  # that version is not on the proxy: not found
             except ValueError as exc:
                 raise SourceFailed(PROXY, UnreadableAnswer(str(exc))) from None
+
+        got = await all_or_none(partial(answers, v) for v in versions)  # in flight together
+        found = {version: (info, text) for version, info, text in filter(None, got)}
         module = await self._resolve(client, name, list(found))  # the proxy answered for them
         assert module is not None
-        rows = [await self._row(client, module, v, *found[v], context) for v in found]
+        rows = await all_or_none(
+            partial(self._row, client, module, v, *found[v], context) for v in found
+        )
         client.forget(name, module.versions)
         product = {
             "LANGUAGE": self.language, "REPOSITORY": self.repository, "PRODUCT_KEY": name,

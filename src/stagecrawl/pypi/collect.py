@@ -10,12 +10,12 @@ the first upload, often an sdist that never reported them.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
+from stagecrawl.engine.fanout import all_or_none
 from stagecrawl.pypi.client import MetadataMismatch, PyPIClient, SimplePage
 from stagecrawl.pypi.deps import dependencies
 from stagecrawl.pypi.jsonapi import ApiRelease
@@ -30,7 +30,6 @@ from stagecrawl.storage.db import dumps
 from stagecrawl.storage.owners import latest_version
 
 PROJECT_PAGE = "https://pypi.org/project/"
-VERSION_CONCURRENCY = 16  # enrichment requests of one project in flight; the lanes pace them
 
 
 @dataclass
@@ -80,44 +79,21 @@ async def collect_project(
     would cost a 301 each)."""
     page = await client.simple(name)
     assert page is not None  # no validators were sent, so no 304
-    gate = asyncio.Semaphore(VERSION_CONCURRENCY)
     wanted_keys = None if wanted is None else {version_key(v) for v in wanted}
     chosen = [
         r
         for r in page.project.releases
         if wanted_keys is None or version_key(r.version) in wanted_keys
     ]
-
-    async def from_metadata(release: SimpleRelease) -> VersionFacts:
-        async with gate:
-            return await _metadata_facts(client, release)
-
     project_api, *facts = await all_or_none(
-        [client.project(page.project.name), *(from_metadata(r) for r in chosen)]
+        [partial(client.project, page.project.name)]
+        + [partial(_metadata_facts, client, r) for r in chosen]
     )
     assert project_api is None or isinstance(project_api, ApiRelease)
     display = project_api.display_name if project_api else page.project.name
     versions = [f for f in facts if isinstance(f, VersionFacts)]
-
-    async def from_api(fact: VersionFacts) -> None:
-        async with gate:
-            await _api_facts(client, display, fact)
-
-    await all_or_none([from_api(f) for f in versions if f.source is None])
+    await all_or_none([partial(_api_facts, client, display, f) for f in versions if not f.source])
     return CollectedProject(page.project.name, display, page, project_api, versions)
-
-
-async def all_or_none(coroutines: list[Coroutine[Any, Any, Any]]) -> list[Any]:
-    """The results of all, or the first failure with every other one cancelled and waited
-    for: a unit that fails sends nothing more (a stop means nothing new goes out)."""
-    tasks = [asyncio.ensure_future(c) for c in coroutines]
-    try:
-        return list(await asyncio.gather(*tasks))
-    except BaseException:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
 
 
 async def _metadata_facts(client: PyPIClient, release: SimpleRelease) -> VersionFacts:
