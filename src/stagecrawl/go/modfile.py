@@ -15,7 +15,7 @@ _LAX_GO = re.compile(r"^v?(([1-9][0-9]*)\.(0|[1-9][0-9]*))([^0-9].*)$")
 _TOOLCHAIN = re.compile(r"^default$|^go1($|\.)")
 
 
-@dataclass
+@dataclass(slots=True)
 class Line:
     tokens: list[str]
     number: int
@@ -30,14 +30,14 @@ class Line:
         return "\n".join(t[2:].strip() for t in texts if t.startswith("//"))
 
 
-@dataclass
+@dataclass(slots=True)
 class Block:
     verb: list[str]
     lines: list[Line]
     before: list[str] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(slots=True)
 class Require:
     path: str
     version: str
@@ -74,14 +74,20 @@ _TOKEN = re.compile(
 _WORDS = re.compile(r"[()\[\]{},]|[^\s()\[\]{},]+")
 
 
-def _split(line: str, number: int) -> tuple[list[str], str]:
+_PUNCT = re.compile(r"[()\[\]{},]")
+
+
+def _split(line: str, number: int, plain: bool = False) -> tuple[list[str], str]:
     """read.go's readToken over one line: its tokens and its `//` comment ("" for none). A
-    line without quotes is split at once (most of a go.mod); one with quotes is scanned."""
-    if '"' not in line and "`" not in line and "/*" not in line:
+    line without quotes is split at once (most of a go.mod); one with quotes is scanned.
+    `plain`: the whole text has no quote, no `/*` and no unprintable character (checked once
+    for the file: a go.mod parse is most of a Go version's collect)."""
+    if plain or ('"' not in line and "`" not in line and "/*" not in line):
         code, slashes, comment = line.partition("//")
-        if not code.replace("\t", "").replace("\r", "").isprintable():
+        if not plain and not code.replace("\t", "").replace("\r", "").isprintable():
             raise ValueError(f"{number}: unexpected input character in {code.strip()!r}")
-        return _WORDS.findall(code), (slashes + comment).rstrip("\r")
+        tokens = _WORDS.findall(code) if _PUNCT.search(code) else code.split()
+        return tokens, (slashes + comment).rstrip("\r") if slashes else ""
     words: list[str] = []
     pos = 0
     while pos < len(line):
@@ -103,7 +109,10 @@ def _syntax(text: str) -> list[Line | Block]:
     comment lines right above, a blank line detaching them; the comment on the line)."""
     stmts: list[Line | Block] = []
     pending: list[str] = []  # the comment lines right above the next statement
-    lines = ((*_split(line, n), n) for n, line in enumerate(text.split("\n"), start=1))
+    plain = not any(c in text for c in ('"', "`", "/*")) and (
+        text.replace("\t", "").replace("\r", "").replace("\n", "").isprintable()
+    )
+    lines = ((*_split(line, n, plain), n) for n, line in enumerate(text.split("\n"), start=1))
     for words, comment, number in lines:
         if not words:
             pending = [*pending, comment] if comment else []
