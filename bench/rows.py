@@ -119,11 +119,17 @@ def crates_world(
 def pypi_world(stack: ExitStack, _root: Path, units: int, versions: int) -> tuple[list[str], Crawl]:
     origin = PyPIOrigin()
     names = [f"bench-{i:05d}" for i in range(units)]
-    for name in names:
+    for n, name in enumerate(names):
+        # requests' lines, half of them the project's own (a project's releases repeat their
+        # lines; projects share fewer: a cache of lines must not flatter the figure)
+        requires = [
+            line.replace(">=", f">={n}!", 1) if i % 2 else line
+            for i, line in enumerate(REQUESTS_REQUIRES)
+        ]
         releases = [
             Release(
                 f"1.{v}.0",
-                requires=REQUESTS_REQUIRES,
+                requires=requires,
                 classifiers=CLASSIFIERS,
                 metadata=v % 2 == 0,
                 json_api=v % 2 == 1,
