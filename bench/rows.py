@@ -8,11 +8,12 @@ VERSION rows, wall, rows/s, CPU ms a row of the crawling process, its ratio to c
 same size, and the peak RSS (VmHWM, polled); then each registry's peak RSS at the largest size
 against the smallest (memory must not grow with the work).
 
-Real shapes: each crate version has four dependencies and features (the index's usual line)
-and the API's usual fields; each PyPI release a wheel and an sdist with hashes, requests'
-Requires-Dist (markers and extras included), half of them with PEP 658 core metadata and the
-other half through the JSON API; each Go version's go.mod is prometheus v0.303.1's (its 205
-requires, from ../shared/fixtures/go/proxy) when the fixtures are there, else 30 requires.
+Real shapes: crates are bench/scale.py's real-shaped ones (the real index files and an API
+answer in ../shared; without them, four dependencies and features a version); each PyPI
+release a wheel and an sdist with hashes, requests' Requires-Dist (markers and extras
+included), half of them with PEP 658 core metadata and the other half through the JSON API;
+each Go version's go.mod is prometheus v0.303.1's (its 205 requires, from
+../shared/fixtures/go/proxy) when the fixtures are there, else 30 requires.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+from scale import build_real_registry, peak_rss_mb  # the held-out's crates; the RSS poll
 
 from stagecrawl.testing.go_origin import GoOrigin
 from stagecrawl.testing.origin import TestOrigin
@@ -59,22 +61,12 @@ def run(args: list[str]) -> tuple[float, float, float, int]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
-    peak_kb = 0
-    status = Path(f"/proc/{process.pid}/status")
-    while process.poll() is None:
-        try:
-            for line in status.read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    peak_kb = max(peak_kb, int(line.split()[1]))
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.05)
+    peak, after = peak_rss_mb(process)
     wall = time.perf_counter() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    cpu = after - (before.ru_utime + before.ru_stime)
     if process.returncode != 0 and process.stderr is not None:
         print(process.stderr.read().decode()[-2000:], file=sys.stderr)
-    return wall, cpu, peak_kb / 1024, process.returncode
+    return wall, cpu, peak, process.returncode
 
 
 # -- the worlds: names to crawl, and the command line that crawls them ------------------------
@@ -90,6 +82,22 @@ def _seeds(names: list[str], folder: Path, label: str) -> str:
 def crates_world(
     stack: ExitStack, root: Path, units: int, versions: int
 ) -> tuple[list[str], Crawl]:
+    try:
+        names = build_real_registry(root, units, versions)  # the held-out's crates
+    except SystemExit:  # no ../shared: four dependencies and features a version
+        names = synthetic_crates(root, units, versions)
+    index = stack.enter_context(TestOrigin(root / "index"))
+    api_origin = stack.enter_context(TestOrigin(root / "api"))
+
+    def crawl(chosen: list[str], folder: Path) -> list[str]:
+        return ["crates", "crawl", "--file", _seeds(chosen, folder, "crates"),
+                "--index-url", index.url + "/", "--api-url", api_origin.url + "/",
+                "--index-rate", LIFTED, "--api-rate", LIFTED, "--api-budget", "none"]  # fmt: skip
+
+    return names, crawl
+
+
+def synthetic_crates(root: Path, units: int, versions: int) -> list[str]:
     names = [f"bench-{i:05d}" for i in range(units)]
     deps = [
         {"name": d, "req": "^1", "features": [], "optional": False, "default_features": True,
@@ -105,15 +113,7 @@ def crates_world(
                "versions": [{"num": n, "license": "MIT", "created_at": "2024-01-01T00:00:00Z",
                              "downloads": 1, "crate_size": 1000} for n in numbers]}  # fmt: skip
         write_crate(root, name, lines, api)
-    index = stack.enter_context(TestOrigin(root / "index"))
-    api_origin = stack.enter_context(TestOrigin(root / "api"))
-
-    def crawl(chosen: list[str], folder: Path) -> list[str]:
-        return ["crates", "crawl", "--file", _seeds(chosen, folder, "crates"),
-                "--index-url", index.url + "/", "--api-url", api_origin.url + "/",
-                "--index-rate", LIFTED, "--api-rate", LIFTED, "--api-budget", "none"]  # fmt: skip
-
-    return names, crawl
+    return names
 
 
 def pypi_world(stack: ExitStack, _root: Path, units: int, versions: int) -> tuple[list[str], Crawl]:
