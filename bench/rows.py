@@ -12,8 +12,9 @@ Real shapes: crates are bench/scale.py's real-shaped ones (the real index files 
 answer in ../shared; without them, four dependencies and features a version); each PyPI
 release a wheel and an sdist with hashes, requests' Requires-Dist (markers and extras
 included), half of them with PEP 658 core metadata and the other half through the JSON API;
-each Go version's go.mod is prometheus v0.303.1's (its 205 requires, from
-../shared/fixtures/go/proxy) when the fixtures are there, else 30 requires.
+each Go module's versions take prometheus's real go.mods (../shared/fixtures/go/proxy: ~200
+requires each; 212 versions, 69 distinct texts, in version order) under its own path, else
+one of 30 requires.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from rich.console import Console
 from rich.table import Table
 from scale import build_real_registry, peak_rss_mb  # the held-out's crates; the RSS poll
 
+from stagecrawl.go.versions import sort_key as go_sort_key
 from stagecrawl.testing.go_origin import GoOrigin
 from stagecrawl.testing.origin import TestOrigin
 from stagecrawl.testing.pypi_origin import PyPIOrigin, Release, build_project
@@ -148,18 +150,25 @@ def pypi_world(stack: ExitStack, _root: Path, units: int, versions: int) -> tupl
     return names, crawl
 
 
-def go_mod(path: str) -> str:
-    if REAL_MOD.exists():
-        return REAL_MOD.read_text().replace("github.com/prometheus/prometheus", path, 1)
-    requires = "".join(f"\texample.com/dep{i} v1.{i}.0\n" for i in range(30))
-    return f"module {path}\n\ngo 1.23.0\n\nrequire (\n{requires})\n"
+def real_go_mods() -> list[str]:
+    """prometheus's go.mod at each of its versions on the proxy, in version order (212, 69
+    distinct: versions repeat their go.mod as real modules do), or one of 30 requires."""
+    folder = REAL_MOD.parent
+    if not folder.is_dir():
+        requires = "".join(f"\texample.com/dep{i} v1.{i}.0\n" for i in range(30))
+        return [f"module example.com/placeholder\n\ngo 1.23.0\n\nrequire (\n{requires})\n"]
+    files = sorted(folder.glob("*.mod"), key=lambda p: go_sort_key(p.name.removesuffix(".mod")))
+    return [p.read_text() for p in files]
 
 
 def go_modules(origin: GoOrigin, units: int, versions: int) -> list[str]:
+    """Module i's versions take the real go.mods from the i-th on, under its own path."""
+    texts = real_go_mods()
+    old = "github.com/prometheus/prometheus" if len(texts) > 1 else "example.com/placeholder"
     names = [f"example.com/bench/Mod{i:05d}" for i in range(units)]
-    for name in names:
-        text = go_mod(name)
+    for i, name in enumerate(names):
         for v in range(versions):
+            text = texts[(i + v) % len(texts)].replace(old, name, 1)
             origin.module(name).add(f"v0.{v}.0", text, "2025-01-01T00:00:00Z")
     return names
 

@@ -138,7 +138,7 @@ async def resolve(
 
     module.latest_raw = await _pick(module.versions, lambda v: True, has_go_mod)
     if module.latest_raw is not None:
-        parsed = modfile.parse(await client.mod(name, module.latest_raw), strict=False)
+        parsed = modfile.parse_dependency(await client.mod(name, module.latest_raw))
         module.retracts, module.deprecated = parsed.retracts, parsed.deprecated
     module.latest = await _pick(module.versions, lambda v: module.reason(v) is None, has_go_mod)
     if module.latest is None and module.versions:  # every version retracted: the highest
@@ -237,7 +237,7 @@ class Go(Registry[GoClient]):
     ) -> dict[str, Any]:  # fmt: skip
         name, why = module.name, module.reason(version)
         try:
-            mod = modfile.parse(text, strict=False)
+            mod = modfile.parse_dependency(text)
         except ValueError as exc:
             raise SourceFailed(PROXY, UnreadableAnswer(f"{name}@{version} go.mod: {exc}")) from None
         license_text, source = None, None
