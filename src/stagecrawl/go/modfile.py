@@ -186,7 +186,7 @@ def parse(text: str, strict: bool = True, work: bool = False) -> ModFile:
     return mod
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=128)  # ~10 texts a unit of 30 versions, for the units in flight at once
 def parse_dependency(text: str) -> ModFile:
     """A dependency's go.mod as `parse(text, strict=False)` reads it, once while it recurs: a
     module's versions repeat their go.mod (prometheus on the proxy: 212 versions, 69 distinct
