@@ -154,7 +154,7 @@ class Settings:
     )
     claim_ahead: int = _s(
         0,
-        "collect: crates a worker holds claimed beyond those in progress (0 = the concurrency)",
+        "collect: units a worker holds claimed beyond those in progress (0 = the concurrency)",
         flag=None,
         minimum=0,
         maximum=MAX_CONCURRENCY,
@@ -167,7 +167,7 @@ class Settings:
     )
     commit_batch: int = _s(
         32,
-        "collect: crates written in one transaction at most (group commit)",
+        "collect: units written in one transaction at most (group commit)",
         flag=None,
         minimum=1,
         maximum=10_000,
