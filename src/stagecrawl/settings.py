@@ -110,7 +110,7 @@ setting = _s
 # Upper bounds: what one process can hold and a registry can take. Above them a value is a
 # typo (`--concurrency 10000000` used to allocate 3.3 GB and make no progress).
 MAX_RATE = 1_000_000.0  # requests per second on one lane (benchmarks lift limits to it)
-MAX_CONCURRENCY = 1024  # units in flight (each holds a crate's data or a connection)
+MAX_CONCURRENCY = 1024  # units in flight (each holds a unit's data or a connection)
 DAY = 86_400.0
 
 
