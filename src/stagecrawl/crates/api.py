@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
+
+from stagecrawl.sca.ecosystem import parse_time
 
 
 @dataclass(frozen=True)
@@ -30,19 +32,6 @@ class ApiCrate:
 def _str_or_none(value: Any) -> str | None:
     # Some captured responses carry `{}` where the API sends null.
     return value if isinstance(value, str) and value.strip() else None
-
-
-def parse_time(value: Any) -> datetime | None:
-    """RFC 3339 timestamps as naive UTC datetimes (the tables store UTC)."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if parsed.tzinfo is not None:
-        parsed = parsed.astimezone(UTC).replace(tzinfo=None)
-    return parsed.replace(microsecond=0)
 
 
 def parse_api_crate(document: Any) -> ApiCrate:

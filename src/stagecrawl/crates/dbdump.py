@@ -28,7 +28,6 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from stagecrawl.components import download_fetcher, open_database
-from stagecrawl.crates.api import parse_time
 from stagecrawl.crates.licenses import CRATES_READER
 from stagecrawl.crates.rows import CRATES_IO_PAGE
 from stagecrawl.crates.semver import SEMVER
@@ -37,6 +36,7 @@ from stagecrawl.engine.progress import ProgressReporter
 from stagecrawl.engine.shutdown import GracefulStop, Interrupted, current_stop
 from stagecrawl.errors import ConfigError, InputError
 from stagecrawl.queue.table import utcnow
+from stagecrawl.sca.ecosystem import parse_time
 from stagecrawl.sca.matcher import LicenseMatcher
 from stagecrawl.settings import Settings, check_http_url
 from stagecrawl.storage.db import Database, dumps

@@ -6,13 +6,14 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from stagecrawl.crates.api import ApiCrate, parse_time
+from stagecrawl.crates.api import ApiCrate
 from stagecrawl.crates.client import IndexEntry
 from stagecrawl.crates.index import IndexVersion
 from stagecrawl.crates.names import product_key
 from stagecrawl.crates.semver import SEMVER
 from stagecrawl.crates.tables import LANGUAGE, REPOSITORY
 from stagecrawl.queue.lists import COLLECTED
+from stagecrawl.sca.ecosystem import parse_time
 from stagecrawl.sca.matcher import LicenseMatcher
 from stagecrawl.storage.db import dumps
 from stagecrawl.storage.owners import latest_version
