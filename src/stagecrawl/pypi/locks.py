@@ -109,18 +109,15 @@ _LOOSE_PIN = re.compile(
 _LINE_ERRORS = (pip_req.OptionParsingError, ValueError)  # ValueError: shlex, unclosed quote
 
 
-def _new_parser() -> Any:
+@functools.cache
+def _parser() -> Any:
+    """pip's requirements-file options as pip reads them now, built once for every line."""
     parser = pip_req.build_parser()
     for gone in (*pip_req.LEGACY_OPTIONS_DEST, "install_options"):  # pip reads them no more
         parser.remove_option(pip_req.OPT_BY_OPTIONS_DEST[gone])
     parser.add_option("-C", "--config-settings", action="append", dest="config_settings")
     parser.add_option("--no-deps-for", action="append", dest="no_deps_for")
     return parser
-
-
-@functools.cache
-def _parser() -> Any:
-    return _new_parser()
 
 
 def _parse_line(line: str) -> tuple[str, Any]:
