@@ -175,14 +175,16 @@ def parse(text: str, strict: bool = True, work: bool = False) -> ModFile:
         lines = stmt.lines if isinstance(stmt, Block) else [stmt]
         verb_prefix = stmt.verb if isinstance(stmt, Block) else []
         for line in lines:
-            words = verb_prefix + line.tokens
+            # a block's verb is one word (`require (`): its lines are the arguments as read
+            words = line.tokens if len(verb_prefix) == 1 else verb_prefix + line.tokens
             if not words:
                 continue
+            verb, args = (verb_prefix[0], words) if len(verb_prefix) == 1 else (words[0], words[1:])
             try:
-                _directive(mod, words[0], words[1:], line, block, strict, work)
+                _directive(mod, verb, args, line, block, strict, work)
             except ValueError as exc:
-                if strict or words[0] in ("module", "go", "require"):
-                    raise ValueError(f"{line.number}: {words[0]}: {exc}") from None
+                if strict or verb in ("module", "go", "require"):
+                    raise ValueError(f"{line.number}: {verb}: {exc}") from None
     return mod
 
 
@@ -195,14 +197,23 @@ def parse_dependency(text: str) -> ModFile:
     return parse(text, strict=False)
 
 
+_WORK_VERBS = frozenset(("go", "toolchain", "use", "replace", "godebug"))
+_MOD_VERBS = frozenset(
+    ("go", "toolchain", "module", "require", "exclude", "replace", "retract", "godebug", "tool",
+     "ignore")
+)  # fmt: skip
+
+
 def _directive(
     mod: ModFile, verb: str, args: list[str], line: Line, block: Block | None, strict: bool,
     work: bool,
 ) -> None:  # fmt: skip
-    known = ("go", "toolchain", "use", "replace", "godebug") if work else (
-        "go", "toolchain", "module", "require", "exclude", "replace", "retract", "godebug",
-        "tool", "ignore",
-    )  # fmt: skip
+    if verb == "require" and not work and len(args) == 2:  # most lines of a go.mod: at once
+        words = line.suffix[0][2:].split() if line.suffix else []
+        indirect = words == ["indirect"] or (words[:1] == ["indirect;"] and len(words) > 1)
+        mod.requires.append(Require(_unquote(args[0]), _unquote(args[1]), indirect, line.number))
+        return
+    known = _WORK_VERBS if work else _MOD_VERBS
     if verb not in known and strict:
         raise ValueError("unknown directive")
     if verb not in known or (
@@ -226,16 +237,10 @@ def _directive(
         if mod.toolchain is not None or len(args) != 1 or not _TOOLCHAIN.match(args[0]):
             raise ValueError("repeated or invalid toolchain: must match format go1.23.0")
         mod.toolchain = args[0]
-    elif verb in ("require", "exclude"):
+    elif verb in ("require", "exclude"):  # a require of two arguments was read above
         if len(args) != 2:
             raise ValueError(f"usage: {verb} module/path v1.2.3")
-        path, version = _unquote(args[0]), _unquote(args[1])
-        if verb == "exclude":
-            mod.excludes.append((path, version))
-        else:
-            words = line.suffix[0][2:].split() if line.suffix else []
-            indirect = words == ["indirect"] or (words[:1] == ["indirect;"] and len(words) > 1)
-            mod.requires.append(Require(path, version, indirect, line.number))
+        mod.excludes.append((_unquote(args[0]), _unquote(args[1])))
     elif verb == "replace":
         arrow = args.index("=>") if "=>" in args else -1
         old, new = args[:arrow], args[arrow + 1 :]

@@ -10,7 +10,7 @@ import json
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from functools import partial
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +146,14 @@ async def resolve(
     return module
 
 
+@lru_cache(maxsize=128)  # as modfile.parse_dependency: a module's versions repeat their go.mod
+def _requires_column(text: str) -> str | None:
+    """The DEPENDENCIES column of a version whose go.mod is `text` (read: `_row` parsed it)."""
+    mod = modfile.parse_dependency(text)
+    return dumps([{"path": r.path, "version": r.version, "indirect": r.indirect}
+                  for r in mod.requires])  # fmt: skip
+
+
 class Go(Registry[GoClient]):
     decl, ecosystem, schema, order = DECLARATION, GO, tables.SCHEMA, tables.GO_ORDER
     language, repository = tables.LANGUAGE, tables.REPOSITORY
@@ -248,16 +256,13 @@ class Go(Registry[GoClient]):
             finally:
                 archive.unlink(missing_ok=True)
         standard = context.licenses.standardise(license_text) if context.licenses else None
-        requires = [
-            {"path": r.path, "version": r.version, "indirect": r.indirect} for r in mod.requires
-        ]
         return {
             "LANGUAGE": self.language, "REPOSITORY": self.repository, "PRODUCT_KEY": name,
             "VERSION": version, "NAME": name, "DESCRIPTION": None, "LICENSE": license_text,
             "STANDARD_LICENSE": standard.standard_license if standard else None,
             "LICENSE_IDS": standard.license_ids if standard else None,
             "LICENSE_EXPRESSION": standard.expression if standard else None, "LICENSE_AI": None,
-            "DEPENDENCIES": dumps(requires), "FEATURES": "[]", "CHECKSUM": None,
+            "DEPENDENCIES": _requires_column(text), "FEATURES": "[]", "CHECKSUM": None,
             "YANKED": why is not None, "URL": f"https://pkg.go.dev/{name}@{version}", "SCM": None,
             "DOWNLOADS": None, "RELEASE_DATE": parse_time(info.get("Time")), "PROCESSED": 1,
             "LAST_UPDATED": context.now, "RETRACTED": why is not None, "RETRACTED_REASON": why,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from stagecrawl.errors import InputError
@@ -40,6 +41,7 @@ class GoVersion:
         return cls((*numbers, pre is None, ids if pre else ()), text)
 
 
+@lru_cache(maxsize=8192)  # a module's versions are ordered again and again (retractions, latest)
 def sort_key(version: str) -> tuple[Any, ...]:
     """semver.Compare's order; an invalid version sorts below every valid one."""
     try:
