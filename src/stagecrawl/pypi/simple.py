@@ -21,6 +21,7 @@ SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 ARCHIVE_SUFFIXES = (".whl", ".tar.gz", ".zip", ".tar.bz2", ".tgz", ".tar.xz", ".tar", ".egg")
 # the old platform installers (bdist_wininst, bdist_msi, bdist_rpm, dmg): a platform tail
 INSTALLER_SUFFIXES = (".exe", ".msi", ".rpm", ".dmg")
+_SUFFIXES = ARCHIVE_SUFFIXES + INSTALLER_SUFFIXES
 _PLATFORM_TAIL = re.compile(r"\.(win32|win-amd64|macosx-[^-]+|linux-[^-]+)(-py\d+(\.\d+)?)?$")
 
 
@@ -106,9 +107,8 @@ class SimpleProject:
 
 def version_of(project: str, filename: str) -> str | None:
     """The version part of a distribution's file name, spelled as uploaded, or None."""
-    suffix = next(
-        (s for s in ARCHIVE_SUFFIXES + INSTALLER_SUFFIXES if filename.lower().endswith(s)), None
-    )
+    lower = filename.lower()
+    suffix = next((s for s in _SUFFIXES if lower.endswith(s)), None)
     if suffix is None:
         return None
     stem = filename[: -len(suffix)]
@@ -116,17 +116,29 @@ def version_of(project: str, filename: str) -> str | None:
         parts = stem.split("-")
         return parts[1] if len(parts) >= 2 and parts[1] else None
     key = normalize(project)
-    for index, char in enumerate(stem):
-        if char == "-" and normalize(stem[:index]) == key:
-            version = stem[index + 1 :]
-            if suffix in INSTALLER_SUFFIXES:
-                version = _PLATFORM_TAIL.sub("", version)
-            return version or None
-    return None
+    size = len(key)
+    # The name ends at the first `-` where the stem's start normalises to the project's name:
+    # no earlier than the name's length (normalising never lengthens), where most sdists have it.
+    ends = (i for i, char in enumerate(stem) if char == "-" and normalize(stem[:i]) == key)
+    at_size = stem[size : size + 1] == "-" and normalize(stem[:size]) == key
+    end = size if at_size else next(ends, None)
+    if end is None:
+        return None
+    version = stem[end + 1 :]
+    if suffix in INSTALLER_SUFFIXES:
+        version = _PLATFORM_TAIL.sub("", version)
+    return version or None
 
 
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) and value.strip() else None
+
+
+def _absolute(page_url: str, url: str) -> str:
+    """PEP 691 allows relative URLs; PyPI's are absolute, and urljoin was a tenth of a page."""
+    if url.startswith(("https://", "http://")) and not any(c in url for c in "?#;"):
+        return url  # what urljoin returns for it
+    return urljoin(page_url, url)
 
 
 def _file(entry: Any, page_url: str, project: str) -> DistFile:
@@ -140,7 +152,7 @@ def _file(entry: Any, page_url: str, project: str) -> DistFile:
     size = entry.get("size")
     return DistFile(
         filename=entry["filename"],
-        url=urljoin(page_url, entry["url"]),  # PEP 691 allows relative URLs
+        url=_absolute(page_url, entry["url"]),
         version=version_of(project, entry["filename"]),
         hashes={str(k): str(v) for k, v in hashes.items()} if isinstance(hashes, dict) else {},
         requires_python=_text(entry.get("requires-python")),
