@@ -10,11 +10,17 @@ import pytest
 
 from stagecrawl.registries import declare_tables
 from stagecrawl.testing.origin import TestOrigin
-from tests.services import MARIADB_URL, POSTGRES_URL, drop_stagecrawl_tables
+from tests.services import (
+    MARIADB_URL,
+    POSTGRES_URL,
+    create_worker_databases,
+    drop_stagecrawl_tables,
+)
 
 # Every registry's tables are declared, as every command declares them: a database a test
 # opens holds them all.
 declare_tables()
+create_worker_databases()  # under pytest-xdist: this worker's own (none made otherwise)
 
 
 @pytest.fixture

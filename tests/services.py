@@ -16,6 +16,31 @@ POSTGRES_URL = os.environ.get(
     "STAGECRAWL_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
 REDIS_URL = os.environ.get("STAGECRAWL_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+# Under pytest-xdist (the README's test command runs two workers), each worker has its own
+# databases (`test_gw1`) and Redis database (the next number): tests drop their tables and
+# flush their keys, and must not do it under a neighbour's feet.
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+
+
+def _for_worker(url: str) -> str:
+    if not WORKER:
+        return url
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    return parsed.set(database=f"{parsed.database}_{WORKER}").render_as_string(hide_password=False)
+
+
+def _redis_for_worker(url: str) -> str:
+    base, _, number = url.rpartition("/")
+    if not WORKER or not number.isdigit():
+        return url
+    return f"{base}/{(int(number) + 1 + int(WORKER.removeprefix('gw'))) % 16}"
+
+
+SERVER_URLS = {"mariadb": MARIADB_URL, "postgresql": POSTGRES_URL}  # where workers' are made
+MARIADB_URL, POSTGRES_URL = _for_worker(MARIADB_URL), _for_worker(POSTGRES_URL)
+REDIS_URL = _redis_for_worker(REDIS_URL)
 # ../shared/ beside the repository (CI lays it there); a worktree elsewhere can point at it.
 SHARED = Path(
     os.environ.get("STAGECRAWL_TEST_SHARED") or Path(__file__).resolve().parents[2] / "shared"
@@ -66,3 +91,30 @@ def drop_stagecrawl_tables(url: str) -> None:
         for table in reversed(build_metadata(Collations(None)).sorted_tables):
             conn.execute(text(f"DROP TABLE IF EXISTS {quote(table.name)}"))
     engine.dispose()
+
+
+def create_worker_databases() -> None:
+    """This worker's MariaDB and PostgreSQL databases, made on their servers when absent (a
+    server that is down is left for the tests that need it to say so)."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.exc import SQLAlchemyError
+
+    for kind, url in (("mariadb", MARIADB_URL), ("postgresql", POSTGRES_URL)):
+        if url == SERVER_URLS[kind]:
+            continue
+        from sqlalchemy.engine import make_url
+
+        name = make_url(url).database
+        engine = create_engine(SERVER_URLS[kind], isolation_level="AUTOCOMMIT")
+        try:
+            with engine.connect() as conn:
+                if kind == "mariadb":
+                    conn.execute(text(f"CREATE DATABASE IF NOT EXISTS `{name}`"))
+                elif not conn.execute(
+                    text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}
+                ).first():
+                    conn.execute(text(f'CREATE DATABASE "{name}"'))
+        except SQLAlchemyError:
+            pass
+        finally:
+            engine.dispose()
