@@ -271,7 +271,11 @@ class TestOrigin:
     async def start_async(self) -> TestOrigin:
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self._dispatch)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # On stop, a handler still stalling (a rule's `stall`) is cancelled after half a second:
+        # aiohttp's default waits a minute for it, and each such test paid `stop`'s 10 s join.
+        self._runner = web.AppRunner(
+            app, access_log=None, handle_signals=False, shutdown_timeout=0.5
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", self.port, backlog=1024)
         await site.start()
@@ -296,6 +300,11 @@ class TestOrigin:
             ready.set()
             loop.run_forever()
             loop.run_until_complete(self.stop_async())
+            left = asyncio.all_tasks(loop)  # handlers past the shutdown timeout, as asyncio.run
+            for task in left:
+                task.cancel()
+            if left:
+                loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
             loop.close()
 
         self._thread = threading.Thread(target=run, name="test-origin", daemon=True)
