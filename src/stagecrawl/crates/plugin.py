@@ -25,7 +25,7 @@ from stagecrawl.crates.rows import (
     VERSION_COLUMNS,
     YANKED_AT,
     index_state_row,
-    product_row,
+    product_columns,
     version_row,
 )
 from stagecrawl.crates.semver import SEMVER, Version, version_matcher
@@ -189,7 +189,12 @@ class Crates(Registry[CratesClient]):
             listed={v.vers: v.yanked for v in entry.versions},
             rows=CrateRows(
                 rows,
-                product_row(entry, api, context.now),
+                self.product_row(
+                    entry.real_name,
+                    [(v.vers, v.yanked) for v in entry.versions],
+                    context.now,
+                    **product_columns(entry, api),
+                ),
                 index_state_row(entry, context.now),
             ),
             unreadable=unreadable,

@@ -10,13 +10,11 @@ from stagecrawl.crates.api import ApiCrate
 from stagecrawl.crates.client import IndexEntry
 from stagecrawl.crates.index import IndexVersion
 from stagecrawl.crates.names import product_key
-from stagecrawl.crates.semver import SEMVER
 from stagecrawl.crates.tables import LANGUAGE, REPOSITORY
 from stagecrawl.queue.lists import COLLECTED
 from stagecrawl.sca.ecosystem import parse_time
 from stagecrawl.sca.matcher import LicenseMatcher
 from stagecrawl.storage.db import dumps
-from stagecrawl.storage.owners import latest_version
 
 CRATES_IO_PAGE = "https://crates.io/crates/"
 
@@ -75,24 +73,15 @@ def version_row(
     )
 
 
-def product_row(entry: IndexEntry, api: ApiCrate | None, now: Any) -> dict[str, Any]:
-    pairs = [(v.vers, v.yanked) for v in entry.versions]
-    latest = latest_version(pairs, SEMVER)  # the owner's one rule
+def product_columns(entry: IndexEntry, api: ApiCrate | None) -> dict[str, Any]:
+    """A crate's own PRODUCT columns (`Registry.product_row` makes the row)."""
     return {
-        "LANGUAGE": LANGUAGE,
-        "REPOSITORY": REPOSITORY,
-        "PRODUCT_KEY": product_key(entry.real_name),
-        "NAME": entry.real_name,
         "DESCRIPTION": api.description if api else None,
-        "LATEST_VERSION": latest.latest,
-        "COMP_STATUS": latest.status,
         "URL": CRATES_IO_PAGE + entry.real_name,
         "SCM": _scm(api),
         "KEYWORDS": dumps(api.keywords) if api else None,
         "CATEGORIES": dumps(api.categories) if api else None,
         "DOWNLOADS": api.downloads if api else None,
-        "VERSION_COUNT": len(pairs),
-        "LAST_UPDATED": now,
     }
 
 

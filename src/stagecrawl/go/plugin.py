@@ -229,13 +229,10 @@ class Go(Registry[GoClient]):
             partial(self._row, client, module, v, *found[v], context) for v in found
         )
         client.forget(name, module.versions)
-        product = {
-            "LANGUAGE": self.language, "REPOSITORY": self.repository, "PRODUCT_KEY": name,
-            "NAME": name, "DESCRIPTION": None, "URL": f"https://pkg.go.dev/{name}", "SCM": None,
-            "KEYWORDS": None, "CATEGORIES": None, "DOWNLOADS": None,
-            "VERSION_COUNT": len(module.versions), "LAST_UPDATED": context.now, **module.product(),
-        }  # fmt: skip
-        listed: dict[Hashable, bool] = {v: module.reason(v) is not None for v in module.versions}
+        pairs = [(v, module.reason(v) is not None) for v in module.versions]  # retracted
+        product = self.product_row(name, pairs, context.now, URL=f"https://pkg.go.dev/{name}",
+                                   **module.product())  # its own @latest  # fmt: skip
+        listed: dict[Hashable, bool] = dict(pairs)
         yanked = sum(1 for row in rows if row["YANKED"])
         return Collected(listed, (rows, product), problems=module.problems, yanked_rows=yanked)
 

@@ -54,6 +54,8 @@ if TYPE_CHECKING:
     from stagecrawl.storage.schema import RegistrySchema, RegistryTables
 
 C = TypeVar("C")  # the registry's client
+# PRODUCT's columns that describe a package, each registry filling those its sources give
+_DESCRIBING = ("DESCRIPTION", "URL", "SCM", "KEYWORDS", "CATEGORIES", "DOWNLOADS")
 
 
 class SourceFailed(Exception):
@@ -214,6 +216,24 @@ class Registry(ABC, Generic[C]):
     def product_key(self, name: str) -> str:
         """VERSION's and PRODUCT's PRODUCT_KEY of a real name."""
         return self.decl.names.fold(name)
+
+    def product_row(
+        self, name: str, versions: Sequence[tuple[str, bool]], now: datetime, **columns: Any
+    ) -> dict[str, Any]:
+        """A PRODUCT row of a collected package: the columns every registry's has, with
+        LATEST_VERSION and COMP_STATUS by the one rule over its (version, yanked) pairs (a
+        registry whose latest is its own, as Go's @latest, gives them in `columns`), then
+        `columns`: DESCRIPTION, URL, SCM, KEYWORDS, CATEGORIES, DOWNLOADS (NULL when not
+        given) and the registry's own."""
+        from stagecrawl.storage.owners import latest_version
+
+        latest = latest_version(versions, self.order)
+        return {
+            "LANGUAGE": self.language, "REPOSITORY": self.repository,
+            "PRODUCT_KEY": self.product_key(name), "NAME": name, **dict.fromkeys(_DESCRIBING),
+            "LATEST_VERSION": latest.latest, "COMP_STATUS": latest.status,
+            "VERSION_COUNT": len(versions), "LAST_UPDATED": now, **columns,
+        }  # fmt: skip
 
     def event_id(self, name: str, version: str) -> bytes:
         """The LIST primary key: sha256 of `identity@version`, 32 raw bytes."""

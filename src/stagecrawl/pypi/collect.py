@@ -23,11 +23,10 @@ from stagecrawl.pypi.licenses import declared_license
 from stagecrawl.pypi.metadata import NOTHING_DECLARED, CoreMetadata
 from stagecrawl.pypi.names import normalize
 from stagecrawl.pypi.simple import SimpleRelease
-from stagecrawl.pypi.tables import LANGUAGE, PEP440, REPOSITORY
+from stagecrawl.pypi.tables import LANGUAGE, REPOSITORY
 from stagecrawl.pypi.versions import is_valid, version_key
 from stagecrawl.sca.matcher import LicenseMatcher
 from stagecrawl.storage.db import dumps
-from stagecrawl.storage.owners import latest_version
 
 PROJECT_PAGE = "https://pypi.org/project/"
 
@@ -186,28 +185,15 @@ def version_row(
     }
 
 
-def product_row(project: CollectedProject, now: datetime) -> dict[str, Any]:
-    pairs = [(r.version, r.yanked) for r in project.page.project.releases]
-    rule = latest_version(pairs, PEP440)  # the core's one rule, in PEP 440 order
+def product_columns(project: CollectedProject) -> dict[str, Any]:
+    """A project's own PRODUCT columns (`Registry.product_row` makes the row)."""
     api = project.project_api
+    scm = {"home_page": api.home_page, "project_urls": api.project_urls} if api else None
     return {
-        "LANGUAGE": LANGUAGE,
-        "REPOSITORY": REPOSITORY,
-        "PRODUCT_KEY": normalize(project.name),
-        "NAME": project.display_name,
         "DESCRIPTION": api.summary if api else None,
-        "LATEST_VERSION": rule.latest,
-        "COMP_STATUS": rule.status,
         "URL": f"{PROJECT_PAGE}{project.name}/",
-        "SCM": dumps({"home_page": api.home_page, "project_urls": api.project_urls})
-        if api
-        else None,
-        "KEYWORDS": None,
+        "SCM": dumps(scm),
         "CATEGORIES": dumps(list(api.classifiers)) if api else None,
-        "DOWNLOADS": None,
-        "VERSION_COUNT": len(pairs),
-        "LAST_UPDATED": now,
-        # PyPI's own facts
         "PROJECT_STATUS": project.page.project.status,
         "LAST_SERIAL": project.page.last_serial,
         "ETAG": project.page.validators.etag,

@@ -29,7 +29,7 @@ from stagecrawl.kernel.registry import (
 )
 from stagecrawl.pypi import tables
 from stagecrawl.pypi.client import API, FILES, FILES_HOST, INDEX, PyPIClient, SimplePage
-from stagecrawl.pypi.collect import collect_project, product_row, version_row
+from stagecrawl.pypi.collect import collect_project, product_columns, version_row
 from stagecrawl.pypi.declaration import DECLARATION, PypiSettings
 from stagecrawl.pypi.ecosystem import PYPI
 from stagecrawl.pypi.locks import parse_lock
@@ -123,10 +123,12 @@ class Pypi(Registry[PyPIClient]):
         project = await collect_project(client, name, wanted=set(versions))
         client.forget(name)
         rows = [version_row(project, f, context.now, context.licenses) for f in project.versions]
-        releases = project.page.project.releases
+        pairs = [(r.version, r.yanked) for r in project.page.project.releases]
+        product = self.product_row(project.display_name, pairs, context.now,
+                                   **product_columns(project))  # fmt: skip
         return Collected(
-            listed={version_key(r.version): r.yanked for r in releases},
-            rows=(rows, product_row(project, context.now)),
+            listed={version_key(v): yanked for v, yanked in pairs},
+            rows=(rows, product),
             problems=project.problems,
             counts=Counter(unknown_dependencies=sum(1 for r in rows if r["DEPENDENCIES"] is None)),
             yanked_rows=sum(1 for r in rows if r["YANKED"]),
