@@ -195,3 +195,23 @@ def test_a_dependency_go_mod_keeps_only_what_go_reads() -> None:
     ]
     with pytest.raises(ValueError, match="unknown directive"):
         modfile.parse(text, strict=True)
+
+
+def test_the_requires_column_is_what_dumps_writes() -> None:
+    """A version's DEPENDENCIES is written out by hand (for speed): it must be byte for byte
+    what the storage's canonical JSON makes of the same requires, quotes and non-ASCII too."""
+    from stagecrawl.go.plugin import _requires_column
+    from stagecrawl.storage.db import dumps
+
+    texts = [p.read_text() for p in sorted(need(GO / "proxy").rglob("*.mod"))]
+    texts += [
+        'module m\nrequire (\n\t"a.example/q\\"uote" v1.0.0 // indirect\n'
+        "\tb.example/\u00fc v0.1.0\n)\n",
+        "module m\n",
+    ]
+    for text in texts:
+        requires = modfile.parse_dependency(text).requires
+        expected = dumps([{"path": r.path, "version": r.version, "indirect": r.indirect}
+                          for r in requires])  # fmt: skip
+        assert _requires_column(text) == expected
+    assert '"a.example/q\\"uote"' in _requires_column(texts[-2])
