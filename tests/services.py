@@ -105,7 +105,10 @@ def create_worker_databases() -> None:
         from sqlalchemy.engine import make_url
 
         name = make_url(url).database
-        engine = create_engine(SERVER_URLS[kind], isolation_level="AUTOCOMMIT")
+        # the server itself, not the base database (which need not exist for the workers')
+        base = make_url(SERVER_URLS[kind])
+        server = base._replace(database=None if kind == "mariadb" else "postgres")
+        engine = create_engine(server, isolation_level="AUTOCOMMIT")
         try:
             with engine.connect() as conn:
                 if kind == "mariadb":
