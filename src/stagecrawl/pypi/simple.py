@@ -116,12 +116,10 @@ def version_of(project: str, filename: str) -> str | None:
         parts = stem.split("-")
         return parts[1] if len(parts) >= 2 and parts[1] else None
     key = normalize(project)
-    size = len(key)
-    # The name ends at the first `-` where the stem's start normalises to the project's name:
-    # no earlier than the name's length (normalising never lengthens), where most sdists have it.
-    ends = (i for i, char in enumerate(stem) if char == "-" and normalize(stem[:i]) == key)
-    at_size = stem[size : size + 1] == "-" and normalize(stem[:size]) == key
-    end = size if at_size else next(ends, None)
+    # The name ends at the first `-` where the stem's start normalises to the project's name,
+    # never before the name's length (normalising never lengthens): most sdists have it there.
+    dashes = (i for i in range(len(key), len(stem)) if stem[i] == "-")
+    end = next((i for i in dashes if normalize(stem[:i]) == key), None)
     if end is None:
         return None
     version = stem[end + 1 :]
