@@ -175,11 +175,12 @@ def parse(text: str, strict: bool = True, work: bool = False) -> ModFile:
         lines = stmt.lines if isinstance(stmt, Block) else [stmt]
         verb_prefix = stmt.verb if isinstance(stmt, Block) else []
         for line in lines:
-            # a block's verb is one word (`require (`): its lines are the arguments as read
-            words = line.tokens if len(verb_prefix) == 1 else verb_prefix + line.tokens
-            if not words:
+            if len(verb_prefix) == 1:  # `require (`: a line's tokens are its arguments as read
+                verb, args = verb_prefix[0], line.tokens
+            elif words := verb_prefix + line.tokens:
+                verb, args = words[0], words[1:]
+            else:
                 continue
-            verb, args = (verb_prefix[0], words) if len(verb_prefix) == 1 else (words[0], words[1:])
             try:
                 _directive(mod, verb, args, line, block, strict, work)
             except ValueError as exc:
