@@ -4,7 +4,6 @@ where unknown), licenses, display names; politely (strict lanes, no 429)."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 import pytest
 
@@ -12,7 +11,7 @@ from stagecrawl.engine.fetcher import Fetcher, FetchSettings
 from stagecrawl.engine.ratelimit import Lane, Lanes, Rate
 from stagecrawl.errors import NotFound
 from stagecrawl.pypi.client import PyPIClient
-from stagecrawl.pypi.collect import CollectedProject, collect_project, product_columns, version_row
+from stagecrawl.pypi.collect import collect_project, version_row
 from stagecrawl.pypi.plugin import REGISTRY
 from stagecrawl.pypi.simple import SimpleFormatError
 from stagecrawl.testing.pypi_origin import PyPIOrigin, normalize, version_from_filename
@@ -50,11 +49,6 @@ def expected(origin: PyPIOrigin, name: str) -> dict[str, tuple[bool, bool]]:
     return result
 
 
-def product_row(project: CollectedProject, now: datetime) -> dict[str, Any]:
-    pairs = [(r.version, r.yanked) for r in project.page.project.releases]
-    return REGISTRY.product_row(project.display_name, pairs, now, **product_columns(project))
-
-
 async def test_every_fixture_project_collects_as_pypi_says(pypi: PyPIOrigin) -> None:
     client = client_for(pypi)
     now = datetime(2026, 1, 1)
@@ -64,7 +58,7 @@ async def test_every_fixture_project_collects_as_pypi_says(pypi: PyPIOrigin) -> 
             rows = [version_row(collected, v, now, None) for v in collected.versions]
             got = {r["VERSION"]: (r["YANKED"], r["DEPENDENCIES"] is not None) for r in rows}
             assert got == expected(pypi, name), name
-            product = product_row(collected, now)  # as the plugin makes it
+            product = REGISTRY.project_product_row(collected, now)
             assert product["VERSION_COUNT"] == len(rows)
             assert product["PRODUCT_KEY"] == normalize(name)
 
@@ -83,7 +77,7 @@ async def test_details_of_known_projects(pypi: PyPIOrigin) -> None:
         assert rows["19.10b0"]["DEPENDENCY_SOURCE"] == "metadata"
         assert rows["19.10b0"]["REQUIRES_PYTHON"] == ">=3.6"
         # no final release: the highest non-yanked pre-release (21.11b0 is yanked)
-        assert product_row(black, now)["LATEST_VERSION"] == "19.10b0"
+        assert REGISTRY.project_product_row(black, now)["LATEST_VERSION"] == "19.10b0"
 
         sqlalchemy = await collect_project(client, "SQLAlchemy")
         (only,) = sqlalchemy.versions

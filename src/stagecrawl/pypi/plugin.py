@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Hashable, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,12 @@ from stagecrawl.kernel.registry import (
 )
 from stagecrawl.pypi import tables
 from stagecrawl.pypi.client import API, FILES, FILES_HOST, INDEX, PyPIClient, SimplePage
-from stagecrawl.pypi.collect import collect_project, product_columns, version_row
+from stagecrawl.pypi.collect import (
+    CollectedProject,
+    collect_project,
+    product_columns,
+    version_row,
+)
 from stagecrawl.pypi.declaration import DECLARATION, PypiSettings
 from stagecrawl.pypi.ecosystem import PYPI
 from stagecrawl.pypi.locks import parse_lock
@@ -123,16 +129,19 @@ class Pypi(Registry[PyPIClient]):
         project = await collect_project(client, name, wanted=set(versions))
         client.forget(name)
         rows = [version_row(project, f, context.now, context.licenses) for f in project.versions]
-        pairs = [(r.version, r.yanked) for r in project.page.project.releases]
-        product = self.product_row(project.display_name, pairs, context.now,
-                                   **product_columns(project))  # fmt: skip
+        releases = project.page.project.releases
         return Collected(
-            listed={version_key(v): yanked for v, yanked in pairs},
-            rows=(rows, product),
+            listed={version_key(r.version): r.yanked for r in releases},
+            rows=(rows, self.project_product_row(project, context.now)),
             problems=project.problems,
             counts=Counter(unknown_dependencies=sum(1 for r in rows if r["DEPENDENCIES"] is None)),
             yanked_rows=sum(1 for r in rows if r["YANKED"]),
         )
+
+    def project_product_row(self, project: CollectedProject, now: datetime) -> dict[str, Any]:
+        """A collected project's PRODUCT row: every release it lists, its own columns."""
+        pairs = [(r.version, r.yanked) for r in project.page.project.releases]
+        return self.product_row(project.display_name, pairs, now, **product_columns(project))
 
     # -- refresh: conditional GETs of the Simple pages ------------------------------------
 
