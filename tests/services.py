@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+from sqlalchemy.engine import make_url
 
 MARIADB_URL = os.environ.get(
     "STAGECRAWL_TEST_MARIADB_URL", "mysql+pymysql://root@127.0.0.1:3306/test"
@@ -25,8 +26,6 @@ WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 def _for_worker(url: str) -> str:
     if not WORKER:
         return url
-    from sqlalchemy.engine import make_url
-
     parsed = make_url(url)
     return parsed.set(database=f"{parsed.database}_{WORKER}").render_as_string(hide_password=False)
 
@@ -102,8 +101,6 @@ def create_worker_databases() -> None:
     for kind, url in (("mariadb", MARIADB_URL), ("postgresql", POSTGRES_URL)):
         if url == SERVER_URLS[kind]:
             continue
-        from sqlalchemy.engine import make_url
-
         name = make_url(url).database
         # the server itself, not the base database (which need not exist for the workers')
         base = make_url(SERVER_URLS[kind])
