@@ -89,6 +89,12 @@ def _s(
     return made
 
 
+def rate_setting(default: float, help: str, *, flag: str | None = "") -> float:
+    """A lane's requests per second: above 0 and at most MAX_RATE (the bound every lane's rate
+    shares, declared here once)."""
+    return _s(default, help, flag=flag, minimum=0, above=True, maximum=MAX_RATE)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Section:
     """A registry's own settings, declared by the registry (its lanes: where, how fast, with
@@ -256,9 +262,7 @@ class Settings:
     ai_license_url: str | None = _s(
         None, "optional AI license classifier (POST); off when unset", check="url"
     )
-    ai_rate: float = _s(
-        2.0, "AI classifier lane: requests per second", minimum=0, above=True, maximum=MAX_RATE
-    )
+    ai_rate: float = rate_setting(2.0, "AI classifier lane: requests per second")
     cache_dir: str = _s(
         ".stagecrawl-cache",
         "lock: bare clones of repositories, and private homes of the tools it runs",
@@ -270,20 +274,8 @@ class Settings:
     entities_url: str = _s(
         "https://www.wikidata.org/w/api.php", "aircraft: Wikidata entity API", check="url"
     )
-    sparql_rate: float = _s(
-        1.0,
-        "aircraft: SPARQL lane, requests per second",
-        minimum=0,
-        above=True,
-        maximum=MAX_RATE,
-    )
-    entities_rate: float = _s(
-        5.0,
-        "aircraft: entity API lane, requests per second",
-        minimum=0,
-        above=True,
-        maximum=MAX_RATE,
-    )
+    sparql_rate: float = rate_setting(1.0, "aircraft: SPARQL lane, requests per second")
+    entities_rate: float = rate_setting(5.0, "aircraft: entity API lane, requests per second")
     aircraft_concurrency: int = _s(
         2,
         "aircraft: requests at once (Wikimedia asks for only a few)",
@@ -291,13 +283,8 @@ class Settings:
         minimum=1,
         maximum=MAX_CONCURRENCY,
     )
-    download_rate: float = _s(
-        1.0,
-        "OSV and dump download lane: requests per second",
-        flag=None,
-        minimum=0,
-        above=True,
-        maximum=MAX_RATE,
+    download_rate: float = rate_setting(
+        1.0, "OSV and dump download lane: requests per second", flag=None
     )
     # Where each value came from: name -> "flag" | "env" | "default" (not a setting).
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)

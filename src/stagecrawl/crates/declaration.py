@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stagecrawl.kernel.declaration import LockKind, RegistryDecl, Words
-from stagecrawl.settings import MAX_RATE, Section, register_section, setting
+from stagecrawl.settings import Section, rate_setting, register_section, setting
 from stagecrawl.storage.names import Bounds, registry_names
 
 # Where crates.io publishes its bulk data (option defaults, shown without loading anything).
@@ -33,12 +33,8 @@ class CratesSettings(Section):
 
     index_url: str = setting(DEFAULT_INDEX_URL, "sparse index root (a mirror works)", check="url")
     api_url: str = setting("https://crates.io/", "crates.io API root", check="url")
-    index_rate: float = setting(
-        10.0, "index lane: requests per second", minimum=0, above=True, maximum=MAX_RATE
-    )
-    api_rate: float = setting(
-        1.0, "API lane: requests per second", minimum=0, above=True, maximum=MAX_RATE
-    )
+    index_rate: float = rate_setting(10.0, "index lane: requests per second")
+    api_rate: float = rate_setting(1.0, "API lane: requests per second")
     index_burst: int = setting(
         1, "index lane: requests allowed back to back", minimum=1, maximum=1000
     )

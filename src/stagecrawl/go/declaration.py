@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from stagecrawl.kernel.declaration import LockKind, RegistryDecl, Words
-from stagecrawl.settings import MAX_RATE, Section, register_section, setting
+from stagecrawl.settings import Section, rate_setting, register_section, setting
 from stagecrawl.storage.names import VERSION_MAX, Bounds, registry_names
 
 DEFAULT_PROXY_URL = "https://proxy.golang.org/"
@@ -25,12 +25,6 @@ NAMES = registry_names(
 )
 
 
-def _rate(default: float, lane: str) -> float:
-    return setting(
-        default, f"Go {lane} lane: requests per second", minimum=0, above=True, maximum=MAX_RATE
-    )
-
-
 @register_section
 @dataclass(frozen=True, kw_only=True)
 class GoSettings(Section):
@@ -45,9 +39,9 @@ class GoSettings(Section):
         DEFAULT_PROXY_URL, "GOPROXY-protocol root (a mirror, Athens, a file tree)", check="url"
     )
     index_url: str = setting(DEFAULT_INDEX_URL, "module index feed (?since=…)", check="url")
-    proxy_rate: float = _rate(8.0, "proxy")
-    index_rate: float = _rate(1.0, "index")
-    zip_rate: float = _rate(1.0, "zip")
+    proxy_rate: float = rate_setting(8.0, "Go proxy lane: requests per second")
+    index_rate: float = rate_setting(1.0, "Go index lane: requests per second")
+    zip_rate: float = rate_setting(1.0, "Go zip lane: requests per second")
     zips: int = setting(
         0, "fetch each version's module zip for its licenses (1) or not (0)", minimum=0, maximum=1
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stagecrawl.kernel.declaration import LockKind, RegistryDecl, Words
-from stagecrawl.settings import MAX_RATE, Section, register_section, setting
+from stagecrawl.settings import Section, rate_setting, register_section, setting
 from stagecrawl.storage.names import VERSION_MAX, Bounds, registry_names
 
 DEFAULT_INDEX_URL = "https://pypi.org/simple/"
@@ -41,27 +41,9 @@ class PypiSettings(Section):
         DEFAULT_INDEX_URL, "PyPI Simple API root (a mirror works)", check="url"
     )
     api_url: str = setting(DEFAULT_API_URL, "PyPI JSON API root", check="url")
-    index_rate: float = setting(
-        5.0,
-        "PyPI index lane (Simple API): requests per second",
-        minimum=0,
-        above=True,
-        maximum=MAX_RATE,
-    )
-    api_rate: float = setting(
-        2.0,
-        "PyPI api lane (JSON API): requests per second",
-        minimum=0,
-        above=True,
-        maximum=MAX_RATE,
-    )
-    files_rate: float = setting(
-        5.0,
-        "PyPI files lane (core metadata): requests per second",
-        minimum=0,
-        above=True,
-        maximum=MAX_RATE,
-    )
+    index_rate: float = rate_setting(5.0, "PyPI index lane (Simple API): requests per second")
+    api_rate: float = rate_setting(2.0, "PyPI api lane (JSON API): requests per second")
+    files_rate: float = rate_setting(5.0, "PyPI files lane (core metadata): requests per second")
 
 
 DECLARATION = RegistryDecl(
