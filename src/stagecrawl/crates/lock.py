@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from stagecrawl.engine.git import last_error_line as _last_error_line
 from stagecrawl.engine.git import run_git as _run
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.errors import InputError
+from stagecrawl.kernel.lockfiles import package_tables, toml_document
 from stagecrawl.kernel.registry import LockInput, Pin
 from stagecrawl.sca.audit import DependencyGraph, Unaudited
 
@@ -48,22 +48,16 @@ class LockedPackage:
 def parse_lockfile(text: str, where: str) -> list[LockedPackage]:
     """Every `[[package]]` of a Cargo.lock, any format version (v1's `[metadata]` checksums
     through v4). Raises InputError naming `where` when it is not TOML or has no packages."""
-    try:
-        document = tomllib.loads(text)
-    except (tomllib.TOMLDecodeError, RecursionError) as exc:  # Recursion: nested too deeply
-        raise InputError(f"{where} is not a Cargo.lock: not TOML ({exc})") from None
+    document = toml_document(text, where, "Cargo.lock")
     version = document.get("version", 1)
     if version not in LOCK_VERSIONS:
         raise InputError(
             f"{where}: Cargo.lock format version {version!r} is not one stagecrawl reads"
             f" (it reads {', '.join(map(str, LOCK_VERSIONS))})"
         )
-    packages = document.get("package")
-    if not isinstance(packages, list) or not packages:
-        raise InputError(f"{where} is not a Cargo.lock: it has no [[package]] entries")
     result: list[LockedPackage] = []
-    for entry in packages:
-        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+    for entry in package_tables(document, "package", where, "Cargo.lock", empty=False):
+        if not isinstance(entry.get("name"), str):
             raise InputError(f"{where}: a [[package]] entry has no name")
         if not isinstance(entry.get("version"), str):
             raise InputError(f"{where}: package {entry['name']} has no version")
@@ -187,11 +181,7 @@ def lock_graph(text: str, where: str, folder: str = "") -> DependencyGraph:
     (name, version) they name; `local` every package not from crates.io (workspace members,
     path, git); the root is the one workspace member (no source) that no other package
     depends on (None when the lock has several)."""
-    try:
-        document = tomllib.loads(text)
-    except (tomllib.TOMLDecodeError, RecursionError) as exc:
-        raise InputError(f"cannot read {where}: {exc}") from None
-    packages = document.get("package") or []
+    packages = toml_document(text, where, "Cargo.lock").get("package") or []
     if not isinstance(packages, list):
         raise InputError(f"{where} is not a Cargo.lock: `package` is not [[package]] tables")
     entries: list[dict[str, Any]] = [e for e in packages if isinstance(e, dict)]

@@ -23,6 +23,7 @@ import pip_requirements_parser as pip_req
 from packaging.specifiers import SpecifierSet
 
 from stagecrawl.errors import InputError
+from stagecrawl.kernel.lockfiles import package_tables, toml_document
 from stagecrawl.kernel.registry import LockInput, Pin
 from stagecrawl.pypi.declaration import DECLARATION
 from stagecrawl.pypi.names import name_problem, normalize
@@ -71,10 +72,7 @@ def parse_lock(
     kind = kind_of(path, text)
     if kind == REQUIREMENTS:
         return parse_requirements(text, where, file, root)
-    try:
-        document = tomllib.loads(text)
-    except (tomllib.TOMLDecodeError, RecursionError) as exc:  # Recursion: nested too deeply
-        raise InputError(f"{where} is not a {kind}: not TOML ({exc})") from None
+    document = toml_document(text, where, kind)
     if kind == POETRY:
         return parse_poetry(document, where)
     if kind == UV:
@@ -326,16 +324,6 @@ def parse_requirements(
 # -- poetry.lock, uv.lock, pylock.toml -----------------------------------------------------
 
 
-def _entries(document: dict[str, Any], key: str, where: str, kind: str) -> list[dict[str, Any]]:
-    """A lock's `[[package]]` (`[[packages]]`) tables."""
-    entries = document.get(key)
-    if not isinstance(entries, list):
-        raise InputError(f"{where} is not a {kind}: it has no [[{key}]] entries")
-    if not all(isinstance(entry, dict) for entry in entries):
-        raise InputError(f"{where}: a [[{key}]] entry is not a table")
-    return entries
-
-
 def _foreign(
     entry: dict[str, Any], where: str, kind: str, location: Any = None, commit: Any = None
 ) -> Unaudited:
@@ -366,7 +354,7 @@ def parse_poetry(document: dict[str, Any], where: str) -> LockInput:
             " (1.x, 2.x)"
         )
     lock = LockInput(where, POETRY)
-    for entry in _entries(document, "package", where, POETRY):
+    for entry in package_tables(document, "package", where, POETRY):
         source = entry.get("source")
         if isinstance(source, dict) and source.get("type") in ("git", "directory", "file", "url"):
             kind, location = str(source["type"]), source.get("url")
@@ -385,7 +373,7 @@ def parse_uv(document: dict[str, Any], where: str) -> LockInput:
             f"{where}: uv.lock version {document.get('version')!r} is not one stagecrawl reads (1)"
         )
     lock = LockInput(where, UV)
-    for entry in _entries(document, "package", where, UV):
+    for entry in package_tables(document, "package", where, UV):
         source = entry.get("source")
         if isinstance(source, dict) and "registry" in source:
             lock.pins.append(_pin(entry.get("name"), entry.get("version"), where))
@@ -405,7 +393,7 @@ def parse_pylock(document: dict[str, Any], where: str) -> LockInput:
             f"{where}: pylock lock-version {version or '(none)'} is not one stagecrawl reads (1.x)"
         )
     lock = LockInput(where, PYLOCK)
-    for entry in _entries(document, "packages", where, PYLOCK):
+    for entry in package_tables(document, "packages", where, PYLOCK):
         foreign = next((k for k in ("vcs", "directory", "archive") if k in entry), None)
         if foreign is None:
             lock.pins.append(_pin(entry.get("name"), entry.get("version"), where))
