@@ -11,7 +11,7 @@ the first upload, often an sdist that never reported them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import partial
 from typing import Any
 
@@ -25,6 +25,7 @@ from stagecrawl.pypi.names import normalize
 from stagecrawl.pypi.simple import SimpleRelease
 from stagecrawl.pypi.tables import LANGUAGE, REPOSITORY
 from stagecrawl.pypi.versions import is_valid, version_key
+from stagecrawl.sca.ecosystem import parse_time
 from stagecrawl.sca.matcher import LicenseMatcher
 from stagecrawl.storage.db import dumps
 
@@ -114,20 +115,6 @@ async def _api_facts(client: PyPIClient, display: str, facts: VersionFacts) -> N
         facts.source = "json-api"
 
 
-def _release_date(release: SimpleRelease) -> datetime | None:
-    times = sorted(f.upload_time for f in release.files if f.upload_time)
-    if not times:
-        return None
-    try:
-        return (
-            datetime.fromisoformat(times[0].replace("Z", "+00:00"))
-            .astimezone(UTC)
-            .replace(tzinfo=None)
-        )
-    except ValueError:
-        return None
-
-
 def version_row(
     project: CollectedProject,
     facts: VersionFacts,
@@ -139,6 +126,7 @@ def version_row(
     STANDARD_LICENSE, LICENSE_IDS and LICENSE_EXPRESSION; without, the expression is kept
     as declared (License-Expression or the classifier table)."""
     release = facts.release
+    upload_times = [f.upload_time for f in release.files]
     declared = facts.metadata or facts.api or NOTHING_DECLARED
     standardise = None if licenses is None else (lambda t: licenses.standardise(t).expression)
     license_ = declared_license(
@@ -172,7 +160,8 @@ def version_row(
         "URL": f"{PROJECT_PAGE}{project.name}/{release.version}/",
         "SCM": dumps({"home_page": declared.home_page, "project_urls": declared.project_urls}),
         "DOWNLOADS": None,
-        "RELEASE_DATE": _release_date(release),
+        # the first upload, in whole seconds of UTC as every registry's RELEASE_DATE
+        "RELEASE_DATE": min(filter(None, map(parse_time, upload_times)), default=None),
         "LAST_UPDATED": now,
         # PyPI's own facts
         "YANKED_REASON": release.yanked_reason,
