@@ -10,8 +10,8 @@ import pytest
 
 from stagecrawl.demo.advisories import PYPI_ADVISORIES, write_folder
 from stagecrawl.kernel.sca import import_records
-from stagecrawl.pypi.ecosystem import PYPI
 from stagecrawl.pypi.locks import parse_lock
+from stagecrawl.pypi.plugin import PYPI
 from stagecrawl.storage.db import Database
 from tests.cli import stagecrawl
 from tests.pypi import osv_reference

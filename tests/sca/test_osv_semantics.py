@@ -18,7 +18,7 @@ import pytest
 from stagecrawl.crates.ecosystem import CRATES
 from stagecrawl.crates.semver import Version as SemVer
 from stagecrawl.crates.semver import sort_key as semver_sort_key
-from stagecrawl.pypi.ecosystem import PYPI
+from stagecrawl.pypi.plugin import PYPI
 from stagecrawl.sca.audit import AuditReport, Package, audit
 from stagecrawl.sca.config import GateConfig
 from stagecrawl.sca.ecosystem import Ecosystem, OrderedVersion, VulnTables

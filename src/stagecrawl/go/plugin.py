@@ -184,9 +184,6 @@ class Go(Registry[GoClient]):
             raise InputError(f"{name} is private (--private, GOPRIVATE): never asked of a proxy")
         return name
 
-    def identity(self, name: str) -> str:
-        return name
-
     def check_version(self, name: str, version: str) -> str:
         super().check_version(name, version)
         if not is_valid(version):

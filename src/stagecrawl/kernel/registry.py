@@ -209,9 +209,10 @@ class Registry(ABC, Generic[C]):
         """The name if the registry could have published it, else InputError (before any
         URL is built from it)."""
 
-    @abstractmethod
     def identity(self, name: str) -> str:
-        """The key names are deduplicated and grouped by (the LIST's key column)."""
+        """The key names are deduplicated and grouped by (the LIST's key column): the
+        PRODUCT_KEY by default."""
+        return self.product_key(name)
 
     def product_key(self, name: str) -> str:
         """VERSION's and PRODUCT's PRODUCT_KEY of a real name."""

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import Version
 
 from stagecrawl.engine.fetcher import Fetcher, Validators
 from stagecrawl.engine.ratelimit import Lane, Lanes, Rate
@@ -37,14 +38,30 @@ from stagecrawl.pypi.collect import (
     version_row,
 )
 from stagecrawl.pypi.declaration import DECLARATION, PypiSettings
-from stagecrawl.pypi.ecosystem import PYPI
 from stagecrawl.pypi.locks import parse_lock
 from stagecrawl.pypi.names import name_problem, normalize
-from stagecrawl.pypi.versions import is_valid, version_key
+from stagecrawl.pypi.versions import is_valid, normalised, sort_key, version_key
+from stagecrawl.sca.ecosystem import Ecosystem
 from stagecrawl.settings import Settings
 from stagecrawl.storage.db import Database
 
 _PIN = re.compile(r"^\s*(?P<name>[^=\s]+)\s*==\s*(?P<version>\S+)\s*$")
+# PyPI as the SCA core knows it: the OSV ecosystem `PyPI` ordered by PEP 440, purl type `pypi`
+# (names PEP 503-normalised, as the purl spec asks) and PYSEC as its advisory database.
+PYPI = Ecosystem(
+    name="PyPI",
+    purl_type="pypi",
+    parse_version=Version,  # InvalidVersion is a ValueError: such a version matches no range
+    version_kind="PEP 440 version",
+    product_key=normalize,
+    primary_prefix="PYSEC-",
+    database_name="PyPA Advisory Database",
+    sort_key=sort_key,
+    package_word="project",
+    registry_key="pypi",
+    lockfile_name="lock file",
+    normalise_version=normalised,  # equality: packaging's Version (the default key)
+)
 
 
 def pep440_matcher(requirement: str) -> Any:
@@ -75,9 +92,6 @@ class Pypi(Registry[PyPIClient]):
         if problem:
             raise InputError(problem)
         return name
-
-    def identity(self, name: str) -> str:
-        return normalize(name)
 
     def product_key(self, name: str) -> str:
         return normalize(name)

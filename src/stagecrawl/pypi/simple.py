@@ -22,6 +22,8 @@ ARCHIVE_SUFFIXES = (".whl", ".tar.gz", ".zip", ".tar.bz2", ".tgz", ".tar.xz", ".
 # the old platform installers (bdist_wininst, bdist_msi, bdist_rpm, dmg): a platform tail
 INSTALLER_SUFFIXES = (".exe", ".msi", ".rpm", ".dmg")
 _SUFFIXES = ARCHIVE_SUFFIXES + INSTALLER_SUFFIXES
+# a file's fields that VERSION's FILES column keeps, with its hashes
+_ROW_KEYS = ("filename", "size", "upload_time", "requires_python", "yanked", "yanked_reason")
 _PLATFORM_TAIL = re.compile(r"\.(win32|win-amd64|macosx-[^-]+|linux-[^-]+)(-py\d+(\.\d+)?)?$")
 
 
@@ -49,21 +51,9 @@ class DistFile:
     def metadata_url(self) -> str:
         return self.url.split("#", 1)[0] + ".metadata"
 
-    @property
-    def is_wheel(self) -> bool:
-        return self.filename.endswith(".whl")
-
     def as_row(self) -> dict[str, Any]:
         """What VERSION keeps of a file (its FILES column)."""
-        return {
-            "filename": self.filename,
-            "hashes": dict(self.hashes),
-            "size": self.size,
-            "upload_time": self.upload_time,
-            "requires_python": self.requires_python,
-            "yanked": self.yanked,
-            "yanked_reason": self.yanked_reason,
-        }
+        return {key: getattr(self, key) for key in _ROW_KEYS} | {"hashes": dict(self.hashes)}
 
 
 @dataclass(frozen=True)
@@ -88,7 +78,7 @@ class SimpleRelease:
     def metadata_file(self) -> DistFile | None:
         """The file whose core metadata stands for the release: a wheel that offers it."""
         offered = [f for f in self.files if f.core_metadata]
-        wheels = [f for f in offered if f.is_wheel]
+        wheels = [f for f in offered if f.filename.endswith(".whl")]
         chosen = wheels or offered
         return chosen[0] if chosen else None
 

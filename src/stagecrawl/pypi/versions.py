@@ -38,3 +38,10 @@ def is_final(text: str) -> bool:
     """A final release (no pre-, dev- part; post-releases count as final, as pip sees them)."""
     parsed = parse(text)
     return parsed is not None and not parsed.is_prerelease
+
+
+def normalised(version: str) -> str:
+    """The PEP 440 normal form (`v23.9.0` → `23.9.0`, `2.0.0RC1` → `2.0.0rc1`, `3.0-1` →
+    `3.0.post1`); a version that is not PEP 440 as written."""
+    parsed = parse(version)
+    return version if parsed is None else str(parsed)
