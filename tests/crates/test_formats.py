@@ -10,6 +10,7 @@ from stagecrawl.crates.index import IndexFormatError, IndexProblem, parse_index_
 from stagecrawl.crates.names import event_id, identity_key, index_path, spelling_variants
 from stagecrawl.crates.semver import Version, latest_version, sort_key
 from stagecrawl.errors import InputError
+from stagecrawl.storage.db import dumps
 from tests.services import needs_shared, shared_path
 
 SHARED_INDEX = shared_path("crates-index")
@@ -161,3 +162,54 @@ def test_one_damaged_line_of_a_real_file_costs_only_that_version() -> None:
     assert [(p.line, p.version) for p in parsed.problems] == [(10, whole[9]), (21, whole[20])]
     assert parsed.problems[0].reason.startswith("not UTF-8")
     assert parsed.problems[1].reason.startswith("not JSON")
+
+
+def _stored_dependencies(deps: list[dict[str, object]]) -> str | None:
+    """DEPENDENCIES as the column was written before it was cached a dependency at a time:
+    each dependency's dict, the list through the one JSON writer (`dumps`)."""
+    return dumps(
+        [
+            {
+                "name": dep.get("package") or dep["name"],
+                "rename": dep["name"] if dep.get("package") else None,
+                "req": dep.get("req"),
+                "kind": dep.get("kind") or "normal",
+                "optional": bool(dep.get("optional", False)),
+                "default_features": bool(dep.get("default_features", True)),
+                "features": list(dep.get("features") or []),
+                "target": dep.get("target"),
+            }
+            for dep in deps
+        ]
+    )
+
+
+def _line(deps: list[dict[str, object]], vers: str = "1.0.0") -> str:
+    return json.dumps({"name": "demo", "vers": vers, "deps": deps, "cksum": "0" * 64})
+
+
+@needs_shared("crates-index")
+def test_the_dependencies_column_is_what_dumps_writes() -> None:
+    """Every version of every real index file, then values that are equal across types (1
+    and True: one must not take the other's cached JSON) or cannot be a cache key."""
+    files = [p for p in SHARED_INDEX.rglob("*") if p.is_file() and p.parent != SHARED_INDEX]
+    checked = 0
+    for path in files:
+        body = path.read_bytes()
+        lines = [json.loads(line) for line in body.splitlines() if line.strip()]
+        for version, entry in zip(parse_index_file(body).versions, lines, strict=True):
+            assert version.dependencies_json() == _stored_dependencies(entry["deps"]), path
+            checked += 1
+    assert checked > 1000
+    odd = [
+        [{"name": "a", "req": 1, "optional": 1, "features": [1]}],
+        [{"name": "a", "req": True, "optional": True, "features": [True]}],
+        [{"name": "a", "req": "^1", "target": ["x"], "features": "ab"}],
+        [{"name": "r", "package": "real", "req": "^1", "kind": None, "default_features": 0}],
+        [{"name": "ü", "req": '"quoted"\u2028', "features": ["s/x"]}] * 2,
+        [],
+    ]
+    for number, deps in enumerate(odd):
+        (version,) = parse_index_file(_line(deps, f"1.0.{number}")).versions
+        assert version.dependencies_json() == _stored_dependencies(deps), deps
+        assert version.dependencies() == json.loads(str(_stored_dependencies(deps)))

@@ -12,10 +12,12 @@ import json
 import re
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, cast
 
 from stagecrawl.crates.names import identity_key, validate_name, validate_version
 from stagecrawl.errors import InputError, UnreadableAnswer
+from stagecrawl.storage.db import dumps
 
 
 class IndexFormatError(UnreadableAnswer):
@@ -55,7 +57,7 @@ class IndexVersion:
         self.links = links
         self.rust_version = rust_version
         self.pubtime = pubtime
-        self._stored: list[dict[str, Any]] | None = None
+        self._stored: str | None = None
 
     def _fields(self) -> tuple[Any, ...]:
         return (self.name, self.vers, self.deps, self.cksum, self.features, self.yanked,
@@ -71,32 +73,63 @@ class IndexVersion:
     def __repr__(self) -> str:
         return f"IndexVersion(name={self.name!r}, vers={self.vers!r}, yanked={self.yanked!r})"
 
-    def dependencies(self) -> list[dict[str, Any]]:
-        """The stored form: `name` is the real package, `rename` the name used in code. Built
-        once per version: parsing builds it (a line whose form cannot be built is a bad line)
-        and the VERSION row reuses it."""
+    def dependencies_json(self) -> str:
+        """The stored form, as the DEPENDENCIES column holds it (`dependencies`). Built once
+        per version: parsing builds it (a line whose form cannot be built is a bad line) and
+        the VERSION row reuses it."""
         stored = self._stored
         if stored is None:
-            stored = self._stored = self._build_dependencies()
+            parts = [_dependency_json(dep) for dep in self.deps]
+            stored = self._stored = f"[{','.join(parts)}]"
         return stored
 
-    def _build_dependencies(self) -> list[dict[str, Any]]:
-        result = []
-        for dep in self.deps:
-            real = dep.get("package") or dep["name"]
-            result.append(
-                {
-                    "name": real,
-                    "rename": dep["name"] if dep.get("package") else None,
-                    "req": dep.get("req"),
-                    "kind": dep.get("kind") or "normal",  # a few old entries lack kind
-                    "optional": bool(dep.get("optional", False)),
-                    "default_features": bool(dep.get("default_features", True)),
-                    "features": list(dep.get("features") or []),
-                    "target": dep.get("target"),
-                }
-            )
-        return result
+    def dependencies(self) -> list[dict[str, Any]]:
+        """The stored form: `name` is the real package, `rename` the name used in code."""
+        loaded: list[dict[str, Any]] = json.loads(self.dependencies_json())
+        return loaded
+
+
+def _stored_dependency(
+    name: str,
+    package: Any,
+    req: Any,
+    kind: Any,
+    optional: Any,
+    default_features: Any,
+    features: tuple[Any, ...],
+    target: Any,
+) -> str:
+    """One dependency's stored form, as `dumps` writes it."""
+    stored = {
+        "name": package or name,
+        "rename": name if package else None,
+        "req": req,
+        "kind": kind or "normal",  # a few old entries lack kind
+        "optional": bool(optional),
+        "default_features": bool(default_features),
+        "features": list(features),
+        "target": target,
+    }
+    return str(dumps(stored))
+
+
+# Most dependencies recur, from version to version of a crate and across crates (serde ^1):
+# building and encoding each one was a sixth of a crawl's CPU. Bounded, so memory stays flat;
+# typed, so that values equal across types (1 and True) keep their own JSON.
+_cached_dependency = lru_cache(maxsize=8192, typed=True)(_stored_dependency)
+
+
+def _dependency_json(dep: dict[str, Any]) -> str:
+    features = tuple(dep.get("features") or ())
+    args = (dep["name"], dep.get("package"), dep.get("req"), dep.get("kind"),
+            dep.get("optional", False), dep.get("default_features", True), features,
+            dep.get("target"))  # fmt: skip
+    if all(type(feature) is str for feature in features):
+        try:
+            return _cached_dependency(*args)
+        except TypeError:  # a part that cannot be a key (a list where a string belongs)
+            pass
+    return _stored_dependency(*args)
 
 
 @dataclass(frozen=True)
@@ -231,7 +264,7 @@ def _parse_line(line: str, valid_names: Collection[str] = ()) -> IndexVersion:
             rust_version=entry.get("rust_version"),
             pubtime=entry.get("pubtime"),
         )
-        version.dependencies()  # the stored form must be buildable: a bad dependency is a bad line
+        version.dependencies_json()  # the stored form must build: a bad dependency is a bad line
     except (TypeError, ValueError, AttributeError) as exc:
         raise _BadLine(f"malformed: {exc}", _text_or_none(vers)) from None
     try:  # crates.io's own rules: what it could not have published never enters the queue

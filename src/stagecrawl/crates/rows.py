@@ -58,7 +58,7 @@ def version_row(
         standard.license_ids if standard else None,
         standard.expression if standard else None,
         (ai_ids or {}).get(license_text or ""),
-        dumps(version.dependencies()),
+        version.dependencies_json(),
         dumps(version.features),
         version.cksum,
         version.yanked,
