@@ -271,6 +271,22 @@ def test_lock_reads_a_repositorys_go_mod_at_each_tag(tmp_path: Path) -> None:
         git("add", "go.mod")
         git("commit", "-qm", tag)
         git("tag", tag)
+    # a workspace: its go.work is read, not the go.mod beside it
+    (repo / "svc").mkdir()
+    (repo / "svc" / "go.mod").write_text(
+        "module example.com/svc\n\ngo 1.22\n\nrequire example.com/dep v0.3.0\n"
+    )
+    (repo / "go.work").write_text("go 1.22\n\nuse ./svc\n")
+    git("add", "-A")
+    git("commit", "-qm", "workspace")
+    git("tag", "v1.2.0")
+    # neither: the vendor folder's modules.txt (go < 1.17 without modules)
+    git("rm", "-rq", "go.mod", "go.work", "svc")
+    (repo / "vendor").mkdir()
+    (repo / "vendor" / "modules.txt").write_text("# example.com/dep v0.4.0\nexample.com/dep\n")
+    git("add", "-A")
+    git("commit", "-qm", "vendor")
+    git("tag", "v1.3.0")
     db = f"sqlite:///{tmp_path / 'tags.db'}"
     done = stagecrawl("go", "lock", str(repo), "--all-tags", "--db", db,
                       "--cache-dir", str(tmp_path / "cache"), "--format", "json")  # fmt: skip
@@ -281,5 +297,18 @@ def test_lock_reads_a_repositorys_go_mod_at_each_tag(tmp_path: Path) -> None:
     assert {(n, v) for n, v, _t in rows} == {
         ("example.com/dep", "v0.1.0"),
         ("example.com/dep", "v0.2.0"),
+        ("example.com/dep", "v0.3.0"),
+        ("example.com/dep", "v0.4.0"),
     }
-    assert any("app@v1.1.0" in tags for _n, _v, tags in rows)
+    tags_of = {v: tags for _n, v, tags in rows}
+    assert "app@v1.1.0" in tags_of["v0.2.0"]
+    assert "app@v1.2.0" in tags_of["v0.3.0"] and "app@v1.3.0" in tags_of["v0.4.0"]
+    assert "app@v1.2.0" not in tags_of["v0.2.0"]  # the go.mod beside go.work is not read
+    inputs = {i["label"]: i for i in json.loads(done.stdout)["inputs"]}
+    assert inputs["app@v1.2.0"]["lock"] == "go.work"
+    assert inputs["app@v1.3.0"]["lock"] == "vendor/modules.txt"
+    # named by the tag's label, not by the temporary folder the tag was read from
+    assert inputs["app@v1.2.0"]["not_from_the_registry"] == [
+        "example.com/svc (app@v1.2.0 go.work): a module of the workspace (local)"
+    ]
+    assert "stagecrawl-tag-" not in done.stdout

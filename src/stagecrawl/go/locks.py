@@ -5,11 +5,11 @@ a pin; the standard library at the toolchain line's version, else the go line's.
 
 from __future__ import annotations
 
+import os
 import re
-import tempfile
+from dataclasses import replace
 from pathlib import Path
 
-from stagecrawl.engine.git import GitRepo
 from stagecrawl.errors import InputError
 from stagecrawl.go import modfile
 from stagecrawl.go.versions import go_tag_semver, sort_key
@@ -151,13 +151,17 @@ def read_lock(path: Path, text: str) -> LockInput:
     return read_go_mod(path, text)
 
 
-async def locks_at_tag(repo: GitRepo, tag: str) -> list[LockInput]:
-    """The top-level go.work, else go.mod (vendor/modules.txt when neither), at `tag`."""
-    with tempfile.TemporaryDirectory(prefix="stagecrawl-tag-") as tmp:
-        await repo.export(tag, Path(tmp))
-        for name in ("go.work", "go.mod", "vendor/modules.txt"):
-            if (found := Path(tmp) / name).is_file():
-                lock = read_lock(found, _read(found))
-                lock.where = f"{repo.label}@{tag} {name}"
-                return [lock]
-    return []
+def relabel(lock: LockInput, path: Path, root: Path, where: str) -> None:
+    """Where each pin and unaudited module was found, named as `where` names `path` (a tag's
+    "app@v1.2.0 go.work", its member "app@v1.2.0 svc/go.mod"), not by the folder it was read
+    from (a tag's is a temporary one, gone when the report is read)."""
+    bases = {f"{root}{os.sep}", f"{root.resolve()}{os.sep}"}  # as given, and without links
+    named = path.resolve().relative_to(root.resolve()).as_posix()
+    prefix = where[: -len(named)] if where.endswith(named) else f"{where} "
+
+    def label(source: str) -> str:
+        base = next((b for b in bases if source.startswith(b)), None)
+        return source if base is None else prefix + Path(source[len(base) :]).as_posix()
+
+    lock.pins = [replace(pin, where=label(pin.where)) for pin in lock.pins]
+    lock.unaudited = [replace(u, source=label(u.source)) for u in lock.unaudited]

@@ -18,9 +18,7 @@ from sqlalchemy import Connection
 
 from stagecrawl.engine.fanout import all_or_none
 from stagecrawl.engine.fetcher import Fetcher, Validators
-from stagecrawl.engine.git import GitRepo
 from stagecrawl.engine.ratelimit import Lane, Lanes, Rate
-from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.errors import InputError, NotFound, UnreadableAnswer
 from stagecrawl.go import locks, modfile, tables
 from stagecrawl.go.client import INDEX, PROXY, ZIP, GoClient, match_private, private_patterns
@@ -325,13 +323,16 @@ class Go(Registry[GoClient]):
         self, path: Path, text: str, where: str | None = None, root: Path | None = None
     ) -> LockInput:
         lock = self._private(locks.read_lock(path, text))
+        if where is not None and root is not None:
+            locks.relabel(lock, path, root, where)
         lock.where = where or lock.where
         return lock
 
-    async def locks_at_tag(
-        self, repo: GitRepo, tag: str, s: Settings, stop: GracefulStop | None
-    ) -> list[LockInput]:
-        return [self._private(lock) for lock in await locks.locks_at_tag(repo, tag)]
+    def tag_locks(self, tree: Path) -> list[Path]:
+        """go.work, else go.mod, else vendor/modules.txt (go < 1.17 without a go.mod): the one
+        file `go` builds the tree from."""
+        found = (tree / name for name in ("go.work", "go.mod", "vendor/modules.txt"))
+        return next(([path] for path in found if path.is_file()), [])
 
     def _private(self, lock: LockInput) -> LockInput:
         """Private modules are reported as such, never registered or audited."""

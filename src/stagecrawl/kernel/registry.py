@@ -370,10 +370,10 @@ class Registry(ABC, Generic[C]):
     async def locks_at_tag(
         self, repo: GitRepo, tag: str, s: Settings, stop: GracefulStop | None
     ) -> list[LockInput]:
-        """The lock files the declaration names at the top of the tree at `tag`, each read as
-        `read_lock` reads one, its includes from that tree alone. None is not an error: the
-        caller reports a tag without a lock file (nothing is resolved here; a registry whose
-        tags need a resolver, as cargo's do, or one file of several, as Go's, says its own)."""
+        """The lock files `tag_locks` chooses in the tree at `tag`, each read as `read_lock`
+        reads one, its includes from that tree alone. None is not an error: the caller reports
+        a tag without a lock file (nothing is resolved here; a registry whose tags need a
+        resolver, as cargo's do, says its own)."""
         import tempfile
 
         with tempfile.TemporaryDirectory(prefix="stagecrawl-tag-") as tmp:
@@ -383,11 +383,16 @@ class Registry(ABC, Generic[C]):
                 self.read_lock(
                     path,
                     path.read_text(encoding="utf-8", errors="replace"),
-                    f"{repo.label}@{tag} {path.name}",
+                    f"{repo.label}@{tag} {path.relative_to(tree).as_posix()}",
                     tree,
                 )
-                for path in self.decl.locks_in(tree)
+                for path in self.tag_locks(tree)
             ]
+
+    def tag_locks(self, tree: Path) -> list[Path]:
+        """The lock files read at a tag: every one the declaration names at the top of the
+        tree; a registry that reads one of several (Go) chooses its own."""
+        return self.decl.locks_in(tree)
 
     @abstractmethod
     def parse_pin(self, text: str) -> tuple[str, str | None]:
