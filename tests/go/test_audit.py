@@ -276,7 +276,11 @@ def test_lock_reads_a_repositorys_go_mod_at_each_tag(tmp_path: Path) -> None:
     (repo / "svc" / "go.mod").write_text(
         "module example.com/svc\n\ngo 1.22\n\nrequire example.com/dep v0.3.0\n"
     )
-    (repo / "go.work").write_text("go 1.22\n\nuse ./svc\n")
+    (repo / "go.work").write_text("go 1.22\n\nuse (\n\t./svc\n\t../outside\n)\n")
+    (tmp_path / "outside").mkdir()  # beside the repository, never in a tag's tree
+    (tmp_path / "outside" / "go.mod").write_text(
+        "module example.com/outside\n\ngo 1.22\n\nrequire example.com/secret v9.9.9\n"
+    )
     git("add", "-A")
     git("commit", "-qm", "workspace")
     git("tag", "v1.2.0")
@@ -290,7 +294,10 @@ def test_lock_reads_a_repositorys_go_mod_at_each_tag(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'tags.db'}"
     done = stagecrawl("go", "lock", str(repo), "--all-tags", "--db", db,
                       "--cache-dir", str(tmp_path / "cache"), "--format", "json")  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    # the workspace member outside the tree is said, never read, and fails the run as any
+    # requirement that cannot be pinned does (the rest is registered all the same)
+    assert done.returncode == 1, done.stderr
+    assert "use ../outside: outside the tree, not read" in done.stderr
     connection = sqlite3.connect(tmp_path / "tags.db")
     rows = set(connection.execute("SELECT NAME, VERSION, REF_TAGS FROM TB_COMP_LIB_GOLANG_LIST"))
     connection.close()
@@ -310,5 +317,8 @@ def test_lock_reads_a_repositorys_go_mod_at_each_tag(tmp_path: Path) -> None:
     # named by the tag's label, not by the temporary folder the tag was read from
     assert inputs["app@v1.2.0"]["not_from_the_registry"] == [
         "example.com/svc (app@v1.2.0 go.work): a module of the workspace (local)"
+    ]
+    assert inputs["app@v1.2.0"]["unpinned"] == [
+        "../outside (app@v1.2.0 go.work): use ../outside: outside the tree, not read"
     ]
     assert "stagecrawl-tag-" not in done.stdout

@@ -100,12 +100,18 @@ def read_go_mod(path: Path, text: str) -> LockInput:
     return lock
 
 
-def read_go_work(path: Path, text: str) -> LockInput:
+def read_go_work(path: Path, text: str, root: Path | None = None) -> LockInput:
+    """A workspace: its members' requirements, never a member outside `root` (a tree's go.work
+    naming `../elsewhere` names something the tree does not hold: said, not read)."""
     work = _parse(text, str(path), work=True)
     lock = LockInput(str(path), "go.work")
     members: list[str] = []
     for use, _line in work.uses:
         gomod = path.parent / use / "go.mod"
+        if root is not None and not gomod.resolve().is_relative_to(root.resolve()):
+            why = f"use {use}: outside the tree, not read"
+            lock.unaudited.append(Unaudited(use, None, str(path), why, fails=True))
+            continue
         mod = _parse(_read(gomod), str(gomod))
         members += [mod.module] if mod.module else []
         _apply(lock, mod, work.replaces + mod.replaces, str(gomod))
@@ -136,7 +142,7 @@ def read_vendor(path: Path, text: str) -> LockInput:
     return lock
 
 
-def read_lock(path: Path, text: str) -> LockInput:
+def read_lock(path: Path, text: str, root: Path | None = None) -> LockInput:
     name = path.name
     if name == "go.sum":
         mod = path.with_name("go.mod")
@@ -145,7 +151,7 @@ def read_lock(path: Path, text: str) -> LockInput:
             raise InputError(f"{path}: its go.mod says {why}: give go.mod")
         return read_go_sum(text, str(path))
     if name == "go.work":
-        return read_go_work(path, text)
+        return read_go_work(path, text, root)
     if name == "modules.txt":
         return read_vendor(path, text)
     return read_go_mod(path, text)

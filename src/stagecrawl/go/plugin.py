@@ -322,7 +322,7 @@ class Go(Registry[GoClient]):
     def read_lock(
         self, path: Path, text: str, where: str | None = None, root: Path | None = None
     ) -> LockInput:
-        lock = self._private(locks.read_lock(path, text))
+        lock = self._private(locks.read_lock(path, text, root))
         if where is not None and root is not None:
             locks.relabel(lock, path, root, where)
         lock.where = where or lock.where
