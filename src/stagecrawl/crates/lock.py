@@ -48,7 +48,10 @@ class LockedPackage:
 def parse_lockfile(text: str, where: str) -> list[LockedPackage]:
     """Every `[[package]]` of a Cargo.lock, any format version (v1's `[metadata]` checksums
     through v4). Raises InputError naming `where` when it is not TOML or has no packages."""
-    document = toml_document(text, where, "Cargo.lock")
+    return _locked_packages(toml_document(text, where, "Cargo.lock"), where)
+
+
+def _locked_packages(document: dict[str, Any], where: str) -> list[LockedPackage]:
     version = document.get("version", 1)
     if version not in LOCK_VERSIONS:
         raise InputError(
@@ -124,7 +127,8 @@ def read_cargo_lock(text: str, where: str, kind: str = LOCKFILE, folder: str = "
     line of each `[[package]]`, for SARIF), the others (the workspace's own crates, path and
     git dependencies, other registries) named as not from crates.io, and its dependency
     graph. InputError when it is not a Cargo.lock."""
-    packages = parse_lockfile(text, where)
+    document = toml_document(text, where, "Cargo.lock")  # read once: the pins and the graph
+    packages = _locked_packages(document, where)
     lines = package_lines(text)
     external = external_crates(packages)
     pins = [Pin(p.name, p.version, where, lines.get((p.name, p.version))) for p in external]
@@ -135,7 +139,7 @@ def read_cargo_lock(text: str, where: str, kind: str = LOCKFILE, folder: str = "
     unaudited = [
         Unaudited(name, version, where, _not_crates_io(source)) for name, version, source in others
     ]
-    return LockInput(where, kind, pins, unaudited, graph=lock_graph(text, where, folder))
+    return LockInput(where, kind, pins, unaudited, graph=_graph(document, where, folder))
 
 
 def _not_crates_io(source: str | None) -> str:
@@ -181,7 +185,11 @@ def lock_graph(text: str, where: str, folder: str = "") -> DependencyGraph:
     (name, version) they name; `local` every package not from crates.io (workspace members,
     path, git); the root is the one workspace member (no source) that no other package
     depends on (None when the lock has several)."""
-    packages = toml_document(text, where, "Cargo.lock").get("package") or []
+    return _graph(toml_document(text, where, "Cargo.lock"), where, folder)
+
+
+def _graph(document: dict[str, Any], where: str, folder: str) -> DependencyGraph:
+    packages = document.get("package") or []
     if not isinstance(packages, list):
         raise InputError(f"{where} is not a Cargo.lock: `package` is not [[package]] tables")
     entries: list[dict[str, Any]] = [e for e in packages if isinstance(e, dict)]
