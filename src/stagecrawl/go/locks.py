@@ -5,9 +5,8 @@ a pin; the standard library at the toolchain line's version, else the go line's.
 
 from __future__ import annotations
 
-import os
 import re
-from dataclasses import replace
+from collections.abc import Callable
 from pathlib import Path
 
 from stagecrawl.errors import InputError
@@ -31,11 +30,11 @@ def _parse(text: str, where: str, work: bool = False) -> modfile.ModFile:
         raise InputError(f"{where}:{exc}") from None
 
 
-def _read(path: Path) -> str:
+def _read(path: Path, name: Callable[[Path], str] = str) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read {path}: {exc}") from None
+        raise InputError(f"cannot read {name(path)}: {exc}") from None
 
 
 def _stdlib(lock: LockInput, mod: modfile.ModFile) -> None:
@@ -87,43 +86,46 @@ def read_go_sum(text: str, where: str) -> LockInput:
     return LockInput(where, "go.sum", pins=pins)
 
 
-def read_go_mod(path: Path, text: str) -> LockInput:
-    mod = _parse(text, str(path))
-    lock = LockInput(str(path), "go.mod")
-    _apply(lock, mod, mod.replaces, str(path))
+Namer = Callable[[Path], str]  # how a file read is named in pins, reports and errors
+
+
+def read_go_mod(path: Path, text: str, name: Namer = str) -> LockInput:
+    mod = _parse(text, name(path))
+    lock = LockInput(name(path), "go.mod")
+    _apply(lock, mod, mod.replaces, name(path))
     _stdlib(lock, mod)
     beside = path.with_name("go.sum")
     if _go_minor(mod.go) < 17 and beside.is_file():
         required = {pin.name for pin in lock.pins}
-        summed = read_go_sum(_read(beside), str(beside))
+        summed = read_go_sum(_read(beside, name), name(beside))
         lock.pins += [pin for pin in summed.pins if pin.name not in required]
     return lock
 
 
-def read_go_work(path: Path, text: str, root: Path | None = None) -> LockInput:
+def read_go_work(path: Path, text: str, root: Path | None = None, name: Namer = str) -> LockInput:
     """A workspace: its members' requirements, never a member outside `root` (a tree's go.work
     naming `../elsewhere` names something the tree does not hold: said, not read)."""
-    work = _parse(text, str(path), work=True)
-    lock = LockInput(str(path), "go.work")
+    work = _parse(text, name(path), work=True)
+    lock = LockInput(name(path), "go.work")
     members: list[str] = []
     for use, _line in work.uses:
         gomod = path.parent / use / "go.mod"
         if root is not None and not gomod.resolve().is_relative_to(root.resolve()):
             why = f"use {use}: outside the tree, not read"
-            lock.unaudited.append(Unaudited(use, None, str(path), why, fails=True))
+            lock.unaudited.append(Unaudited(use, None, name(path), why, fails=True))
             continue
-        mod = _parse(_read(gomod), str(gomod))
+        mod = _parse(_read(gomod, name), name(gomod))
         members += [mod.module] if mod.module else []
-        _apply(lock, mod, work.replaces + mod.replaces, str(gomod))
+        _apply(lock, mod, work.replaces + mod.replaces, name(gomod))
     lock.pins = [pin for pin in lock.pins if pin.name not in members]
     member = "a module of the workspace (local)"
-    lock.unaudited += [Unaudited(m, None, str(path), member) for m in members]
+    lock.unaudited += [Unaudited(m, None, name(path), member) for m in members]
     _stdlib(lock, work)
     return lock
 
 
-def read_vendor(path: Path, text: str) -> LockInput:
-    lock = LockInput(str(path), "vendor/modules.txt")
+def read_vendor(path: Path, text: str, name: Namer = str) -> LockInput:
+    lock = LockInput(name(path), "vendor/modules.txt")
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.startswith("# "):
             continue
@@ -132,42 +134,43 @@ def read_vendor(path: Path, text: str) -> LockInput:
             arrow = words.index("=>")
             if arrow + 2 == len(words):  # a local directory
                 version = words[1] if arrow == 2 else None  # "# path [version] => dir"
-                source = f"{path} line {number}"
+                source = f"{name(path)} line {number}"
                 lock.unaudited.append(Unaudited(words[0], version, source, LOCAL))
                 continue
             words = words[arrow + 1 :]
         if len(words) != 2:
-            raise InputError(f"{path}:{number}: not a module line (# path version)")
-        lock.pins.append(Pin(words[0], words[1], str(path), number))
+            raise InputError(f"{name(path)}:{number}: not a module line (# path version)")
+        lock.pins.append(Pin(words[0], words[1], name(path), number))
     return lock
 
 
-def read_lock(path: Path, text: str, root: Path | None = None) -> LockInput:
-    name = path.name
-    if name == "go.sum":
+def read_lock(path: Path, text: str, root: Path | None = None, name: Namer = str) -> LockInput:
+    """Any of Go's files; every file it reads (a workspace's members, a go.sum's go.mod) named
+    by `name` wherever it is named."""
+    if path.name == "go.sum":
         mod = path.with_name("go.mod")
-        if mod.is_file() and _go_minor(_parse(_read(mod), str(mod)).go) >= 17:
+        if mod.is_file() and _go_minor(_parse(_read(mod, name), name(mod)).go) >= 17:
             why = "go >= 1.17: go.sum is no build list (it keeps versions no build uses)"
-            raise InputError(f"{path}: its go.mod says {why}: give go.mod")
-        return read_go_sum(text, str(path))
-    if name == "go.work":
-        return read_go_work(path, text, root)
-    if name == "modules.txt":
-        return read_vendor(path, text)
-    return read_go_mod(path, text)
+            raise InputError(f"{name(path)}: its go.mod says {why}: give go.mod")
+        return read_go_sum(text, name(path))
+    if path.name == "go.work":
+        return read_go_work(path, text, root, name)
+    if path.name == "modules.txt":
+        return read_vendor(path, text, name)
+    return read_go_mod(path, text, name)
 
 
-def relabel(lock: LockInput, path: Path, root: Path, where: str) -> None:
-    """Where each pin and unaudited module was found, named as `where` names `path` (a tag's
-    "app@v1.2.0 go.work", its member "app@v1.2.0 svc/go.mod"), not by the folder it was read
-    from (a tag's is a temporary one, gone when the report is read)."""
-    bases = {f"{root}{os.sep}", f"{root.resolve()}{os.sep}"}  # as given, and without links
-    named = path.resolve().relative_to(root.resolve()).as_posix()
+def tree_namer(path: Path, root: Path, where: str) -> Namer:
+    """Files of a tree named as `where` names `path` in it (a tag's "app@v1.2.0 go.work", its
+    member "app@v1.2.0 svc/go.mod"), not by the folder they were read from (a tag's is a
+    temporary one, gone when the report is read); a file outside the tree, by its path."""
+    top = root.resolve()
+    named = path.resolve().relative_to(top).as_posix()
     prefix = where[: -len(named)] if where.endswith(named) else f"{where} "
 
-    def label(source: str) -> str:
-        base = next((b for b in bases if source.startswith(b)), None)
-        return source if base is None else prefix + Path(source[len(base) :]).as_posix()
+    def name(file: Path) -> str:
+        resolved = file.resolve()
+        inside = resolved.is_relative_to(top)
+        return prefix + resolved.relative_to(top).as_posix() if inside else str(file)
 
-    lock.pins = [replace(pin, where=label(pin.where)) for pin in lock.pins]
-    lock.unaudited = [replace(u, source=label(u.source)) for u in lock.unaudited]
+    return name

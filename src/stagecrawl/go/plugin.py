@@ -322,9 +322,10 @@ class Go(Registry[GoClient]):
     def read_lock(
         self, path: Path, text: str, where: str | None = None, root: Path | None = None
     ) -> LockInput:
-        lock = self._private(locks.read_lock(path, text, root))
-        if where is not None and root is not None:
-            locks.relabel(lock, path, root, where)
+        name: locks.Namer = str
+        if where is not None and root is not None:  # a tag's tree: named by the tag
+            name = locks.tree_namer(path, root, where)
+        lock = self._private(locks.read_lock(path, text, root, name))
         lock.where = where or lock.where
         return lock
 
