@@ -240,7 +240,10 @@ def test_passwords_tokens_and_signatures_in_any_url_input_are_never_printed_nor_
          f"http://u:{SLASHED}@127.0.0.1:9/"],
         ["-v", "crates", "crawl", "serde", *NOWHERE, "--db", sqlite, "--index-url",
          f"http://{TOKEN}@127.0.0.1:9/"],
-        ["-v", "pypi", "crawl", "requests", "--db", sqlite, "--index-url",
+        # its own file: SQLite takes one collect at a time, and this one runs beside the
+        # crates crawl above, which the final `status` reads back
+        ["-v", "pypi", "crawl", "requests", "--db", f"sqlite:///{tmp_path / 'x-pypi.db'}",
+         "--index-url",
          f"http://127.0.0.1:9/simple/?key={PASSWORD}", "--api-url", "http://127.0.0.1:9/"],
         ["-v", "crates", "vulns", "--db", sqlite, "--source",
          f"http://127.0.0.1:9/osv.zip?X-Amz-Signature={SIGNATURE}"],
@@ -269,7 +272,7 @@ def test_passwords_tokens_and_signatures_in_any_url_input_are_never_printed_nor_
             assert secret not in output, (args, output)
         assert "Traceback" not in output, (args, output)
     assert "http://***@127.0.0.1:9/se/rd/serde" in done[-1].stdout  # the stored seed reason
-    for stored in tmp_path.glob("x.db*"):  # every table, the write-ahead log too
+    for stored in tmp_path.glob("x*.db*"):  # every table, the write-ahead log too
         for secret in (PASSWORD, SLASHED, TOKEN, SIGNATURE):
             assert secret.encode() not in stored.read_bytes(), (stored, secret)
 
