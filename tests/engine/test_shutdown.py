@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import subprocess
 
@@ -12,7 +13,7 @@ import pytest
 
 from stagecrawl.engine.fetcher import Fetcher, FetchSettings
 from stagecrawl.engine.ratelimit import Lane, Lanes
-from stagecrawl.engine.shutdown import GracefulStop, Interrupted
+from stagecrawl.engine.shutdown import GracefulStop, Interrupted, signals_held
 from stagecrawl.testing.origin import TestOrigin
 from tests.cli import spawn
 from tests.conftest import SilentServer
@@ -110,3 +111,28 @@ async def test_a_stop_during_a_long_parse_off_the_loop_is_honoured_at_once() -> 
 
     with pytest.raises(ValueError, match="not a pin"):
         await GracefulStop().off_the_loop(broken)
+
+
+def test_a_signal_before_the_loop_listens_is_the_stop_once_it_does() -> None:
+    """A SIGTERM between the command's start and its loop's handlers (CI sent one while
+    `asyncio.run` was building the loop: start-up's handler raised inside it and the half-built
+    loop printed a traceback) is held, then taken as the command's stop: exit 143, and the
+    phase sees the stop from its first step."""
+    seen: list[tuple[bool, int]] = []
+
+    async def command() -> None:
+        stop = GracefulStop()
+        with stop.on_signals():
+            seen.append((stop.requested, stop.exit_code))
+
+    with signals_held():
+        os.kill(os.getpid(), signal.SIGTERM)
+        asyncio.run(command())
+    assert seen == [(True, 143)]
+
+
+def test_a_signal_held_and_never_taken_still_ends_the_process() -> None:
+    """Held is not lost: if no phase took the stop, leaving the block exits with its status."""
+    with pytest.raises(SystemExit) as stopped, signals_held():
+        os.kill(os.getpid(), signal.SIGINT)
+    assert stopped.value.code == 130

@@ -220,7 +220,7 @@ def run(
     import contextlib
 
     from stagecrawl.engine.memory import quiet_collector
-    from stagecrawl.engine.shutdown import GracefulStop, Interrupted, Unsent
+    from stagecrawl.engine.shutdown import GracefulStop, Interrupted, Unsent, signals_held
 
     quiet_collector()
 
@@ -249,7 +249,8 @@ def run(
         return stop.exit_code if stop.requested else code
 
     try:
-        code = guarded(lambda: asyncio.run(main()))
+        with signals_held():  # until main's on_signals: no raise inside the loop's making
+            code = guarded(lambda: asyncio.run(main()))
     except typer.Exit as stopped:
         release_report(stopped.exit_code)
         raise

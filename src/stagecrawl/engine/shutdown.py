@@ -72,6 +72,35 @@ class Unsent(BaseException):
 
 
 _current: ContextVar[GracefulStop | None] = ContextVar("stagecrawl_stop", default=None)
+_held: list[signal.Signals] = []  # signals that came while `signals_held` was in force
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Keep SIGINT and SIGTERM from raising until `on_signals` takes them (main thread only).
+
+    Between `asyncio.run` and `on_signals` the process still has start-up's handlers, which
+    raise (KeyboardInterrupt, SystemExit). Raised inside the event loop's constructor, that
+    left a half-built loop whose finaliser printed a traceback on the way out. Here a signal is
+    only noted; `on_signals` hands it to the stop as though it came a moment later, and if the
+    block ends without one taking it, the process exits with the signal's status."""
+    sigs = (signal.SIGINT, signal.SIGTERM)
+    try:
+        previous = {sig: signal.getsignal(sig) for sig in sigs}
+        for sig in sigs:
+            signal.signal(sig, lambda signum, _frame: _held.append(signal.Signals(signum)))
+    except ValueError:  # not the main thread: nothing to hold
+        yield
+        return
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if _held:
+            code = EXIT_CODES[_held[0]]
+            _held.clear()
+            raise SystemExit(code)
 
 
 def current_stop() -> GracefulStop | None:
@@ -271,6 +300,10 @@ class GracefulStop:
                     loop.add_signal_handler(sig, self.request, sig)
                     installed.append(sig)
                     signal.signal(sig, second_exits)  # the wakeup file stays the loop's
+            for sig in _held:  # came before the handlers above (`signals_held`)
+                self.request(sig)
+                second_exits(sig, None)
+            _held.clear()
         try:
             yield
         finally:
