@@ -11,7 +11,7 @@ from stagecrawl.engine.fetcher import Fetcher, FetchSettings
 from stagecrawl.engine.ratelimit import Lane, Lanes, Rate
 from stagecrawl.errors import NotFound
 from stagecrawl.pypi.client import PyPIClient
-from stagecrawl.pypi.collect import collect_project, version_row
+from stagecrawl.pypi.collect import collect_project
 from stagecrawl.pypi.plugin import REGISTRY
 from stagecrawl.pypi.simple import SimpleFormatError
 from stagecrawl.testing.pypi_origin import PyPIOrigin, normalize, version_from_filename
@@ -55,7 +55,7 @@ async def test_every_fixture_project_collects_as_pypi_says(pypi: PyPIOrigin) -> 
     async with client.fetcher:
         for name in sorted(pypi.projects):
             collected = await collect_project(client, name)
-            rows = [version_row(collected, v, now, None) for v in collected.versions]
+            rows = [REGISTRY.release_row(collected, v, now, None) for v in collected.versions]
             got = {r["VERSION"]: (r["YANKED"], r["DEPENDENCIES"] is not None) for r in rows}
             assert got == expected(pypi, name), name
             product = REGISTRY.project_product_row(collected, now)
@@ -68,7 +68,9 @@ async def test_details_of_known_projects(pypi: PyPIOrigin) -> None:
     now = datetime(2026, 1, 1)
     async with client.fetcher:
         black = await collect_project(client, "Black")
-        rows = {f.release.version: version_row(black, f, now, None) for f in black.versions}
+        rows = {
+            f.release.version: REGISTRY.release_row(black, f, now, None) for f in black.versions
+        }
         assert rows["21.11b0"]["YANKED"] is True
         assert (
             rows["21.11b0"]["YANKED_REASON"]
@@ -81,14 +83,14 @@ async def test_details_of_known_projects(pypi: PyPIOrigin) -> None:
 
         sqlalchemy = await collect_project(client, "SQLAlchemy")
         (only,) = sqlalchemy.versions
-        row = version_row(sqlalchemy, only, now, None)
+        row = REGISTRY.release_row(sqlalchemy, only, now, None)
         assert sqlalchemy.display_name == "SQLAlchemy"
         assert row["NAME"] == "SQLAlchemy" and row["PRODUCT_KEY"] == "sqlalchemy"
         assert row["DEPENDENCIES"] is None  # no metadata file, requires_dist null: unknown
         assert row["DEPENDENCY_SOURCE"] == "json-api"
 
         requests = await collect_project(client, "requests")
-        row = version_row(requests, requests.versions[0], now, None)
+        row = REGISTRY.release_row(requests, requests.versions[0], now, None)
         assert row["LICENSE"] == "Apache 2.0"
         assert row["LICENSE_EXPRESSION"] == "Apache-2.0"  # no standardiser: the classifier
         assert row["LICENSE_SOURCE"] == "classifiers"

@@ -259,20 +259,15 @@ class Go(Registry[GoClient]):
             finally:
                 archive.unlink(missing_ok=True)
         standard = context.licenses.standardise(license_text) if context.licenses else None
-        return {
-            "LANGUAGE": self.language, "REPOSITORY": self.repository, "PRODUCT_KEY": name,
-            "VERSION": version, "NAME": name, "DESCRIPTION": None, "LICENSE": license_text,
-            "STANDARD_LICENSE": standard.standard_license if standard else None,
-            "LICENSE_IDS": standard.license_ids if standard else None,
-            "LICENSE_EXPRESSION": standard.expression if standard else None, "LICENSE_AI": None,
-            "DEPENDENCIES": _requires_column(text), "FEATURES": "[]", "CHECKSUM": None,
-            "YANKED": why is not None, "URL": f"https://pkg.go.dev/{name}@{version}", "SCM": None,
-            "DOWNLOADS": None, "RELEASE_DATE": parse_time(info.get("Time")), "PROCESSED": 1,
-            "LAST_UPDATED": context.now, "RETRACTED": why is not None, "RETRACTED_REASON": why,
-            "PSEUDO": is_pseudo(version), "INCOMPATIBLE": version.endswith("+incompatible"),
-            "GO_VERSION": mod.go, "TOOLCHAIN": mod.toolchain, "LICENSE_SOURCE": source,
-            "GO_MOD_SYNTHETIC": text == f"module {modfile.auto_quote(name)}\n",
-        }  # fmt: skip
+        return self.version_row(
+            name, version, context.now, standard, LICENSE=license_text,
+            DEPENDENCIES=_requires_column(text), YANKED=why is not None,
+            URL=f"https://pkg.go.dev/{name}@{version}", RELEASE_DATE=parse_time(info.get("Time")),
+            PROCESSED=1, RETRACTED=why is not None, RETRACTED_REASON=why,
+            PSEUDO=is_pseudo(version), INCOMPATIBLE=version.endswith("+incompatible"),
+            GO_VERSION=mod.go, TOOLCHAIN=mod.toolchain, LICENSE_SOURCE=source,
+            GO_MOD_SYNTHETIC=text == f"module {modfile.auto_quote(name)}\n",
+        )  # fmt: skip
 
     def refresh_targets(self, db: Database, names: Sequence[str]) -> list[RefreshTarget]:
         etags: dict[str, Any] = db.read(lambda c: self.products(db).column(c, "LIST_ETAG"))

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from stagecrawl.sca.ai import AiLicenseClient
     from stagecrawl.sca.audit import DependencyGraph, Package, Unaudited
     from stagecrawl.sca.ecosystem import Ecosystem, VulnTables
-    from stagecrawl.sca.matcher import LicenseMatcher
+    from stagecrawl.sca.matcher import LicenseMatcher, Standardised
     from stagecrawl.storage.bounds import RowSet
     from stagecrawl.storage.db import Database
     from stagecrawl.storage.owners import ProductTable, VersionOrder, VersionTable
@@ -56,6 +56,8 @@ if TYPE_CHECKING:
 C = TypeVar("C")  # the registry's client
 # PRODUCT's columns that describe a package, each registry filling those its sources give
 _DESCRIBING = ("DESCRIPTION", "URL", "SCM", "KEYWORDS", "CATEGORIES", "DOWNLOADS")
+# VERSION's columns that describe a release, each registry filling those its sources give
+_RELEASE_FACTS = ("DESCRIPTION", "DEPENDENCIES", "CHECKSUM", "SCM", "DOWNLOADS", "RELEASE_DATE")
 
 
 class SourceFailed(Exception):
@@ -217,6 +219,31 @@ class Registry(ABC, Generic[C]):
     def product_key(self, name: str) -> str:
         """VERSION's and PRODUCT's PRODUCT_KEY of a real name."""
         return self.decl.names.fold(name)
+
+    def version_row(
+        self,
+        name: str,
+        version: str,
+        now: datetime,
+        standard: Standardised | None = None,
+        expression: str | None = None,
+        **columns: Any,
+    ) -> dict[str, Any]:
+        """A VERSION row of a collected version: the columns every registry's has, the
+        license columns from what the SCA core's matcher made of the declared license
+        (`standard`; `expression` is LICENSE_EXPRESSION when there is none: PyPI's declared
+        one), then `columns`: LICENSE, the release's facts (NULL when not given), YANKED and
+        the registry's own. (crates builds its rows as tuples instead: its crawl makes one
+        per version at thousands a second, and a dict a row was a measured cost there.)"""
+        return {
+            "LANGUAGE": self.language, "REPOSITORY": self.repository,
+            "PRODUCT_KEY": self.product_key(name), "VERSION": version, "NAME": name,
+            **dict.fromkeys(_RELEASE_FACTS), "LICENSE": None, "FEATURES": "[]", "YANKED": False,
+            "STANDARD_LICENSE": standard.standard_license if standard else None,
+            "LICENSE_IDS": standard.license_ids if standard else None,
+            "LICENSE_EXPRESSION": standard.expression if standard else expression,
+            "LICENSE_AI": None, "LAST_UPDATED": now, **columns,
+        }  # fmt: skip
 
     def product_row(
         self, name: str, versions: Sequence[tuple[str, bool]], now: datetime, **columns: Any

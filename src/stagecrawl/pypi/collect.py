@@ -11,22 +11,15 @@ the first upload, often an sdist that never reported them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
 from functools import partial
 from typing import Any
 
 from stagecrawl.engine.fanout import all_or_none
 from stagecrawl.pypi.client import MetadataMismatch, PyPIClient, SimplePage
-from stagecrawl.pypi.deps import dependencies
 from stagecrawl.pypi.jsonapi import ApiRelease
-from stagecrawl.pypi.licenses import declared_license
-from stagecrawl.pypi.metadata import NOTHING_DECLARED, CoreMetadata
-from stagecrawl.pypi.names import normalize
+from stagecrawl.pypi.metadata import CoreMetadata
 from stagecrawl.pypi.simple import SimpleRelease
-from stagecrawl.pypi.tables import LANGUAGE, REPOSITORY
 from stagecrawl.pypi.versions import is_valid, version_key
-from stagecrawl.sca.ecosystem import parse_time
-from stagecrawl.sca.matcher import LicenseMatcher
 from stagecrawl.storage.db import dumps
 
 PROJECT_PAGE = "https://pypi.org/project/"
@@ -113,65 +106,6 @@ async def _api_facts(client: PyPIClient, display: str, facts: VersionFacts) -> N
     facts.api = await client.release(display, facts.release.version)  # None: not there
     if facts.api is not None:
         facts.source = "json-api"
-
-
-def version_row(
-    project: CollectedProject,
-    facts: VersionFacts,
-    now: datetime,
-    licenses: LicenseMatcher | None = None,
-) -> dict[str, Any]:
-    """One VERSION row. With `licenses` (the SCA core's matcher over TB_LICENSE_V2), the
-    free-text License field is standardised as for crates and the chosen expression fills
-    STANDARD_LICENSE, LICENSE_IDS and LICENSE_EXPRESSION; without, the expression is kept
-    as declared (License-Expression or the classifier table)."""
-    release = facts.release
-    upload_times = [f.upload_time for f in release.files]
-    declared = facts.metadata or facts.api or NOTHING_DECLARED
-    standardise = None if licenses is None else (lambda t: licenses.standardise(t).expression)
-    license_ = declared_license(
-        declared.license_expression, declared.license, declared.classifiers, standardise
-    )
-    deps = dependencies(declared.requires_dist)
-    features: dict[str, list[str]] = {}
-    for dep in deps or []:
-        if dep.get("extra"):
-            features.setdefault(dep["extra"], []).append(dep["name"])
-    expression = license_.expression
-    standard = licenses.standardise(expression) if licenses and expression else None
-    if standard is not None:
-        expression = standard.expression
-    return {
-        "LANGUAGE": LANGUAGE,
-        "REPOSITORY": REPOSITORY,
-        "PRODUCT_KEY": normalize(project.name),
-        "VERSION": release.version,
-        "NAME": project.display_name,
-        "DESCRIPTION": declared.summary,
-        "LICENSE": license_.text,
-        "STANDARD_LICENSE": standard.standard_license if standard else None,
-        "LICENSE_IDS": standard.license_ids if standard else None,
-        "LICENSE_EXPRESSION": expression,
-        "LICENSE_AI": None,
-        "DEPENDENCIES": None if deps is None else dumps(deps),
-        "FEATURES": dumps(features),
-        "CHECKSUM": next((f.hashes.get("sha256") for f in release.files if f.hashes), None),
-        "YANKED": release.yanked,
-        "URL": f"{PROJECT_PAGE}{project.name}/{release.version}/",
-        "SCM": dumps({"home_page": declared.home_page, "project_urls": declared.project_urls}),
-        "DOWNLOADS": None,
-        # the first upload, in whole seconds of UTC as every registry's RELEASE_DATE
-        "RELEASE_DATE": min(filter(None, map(parse_time, upload_times)), default=None),
-        "LAST_UPDATED": now,
-        # PyPI's own facts
-        "YANKED_REASON": release.yanked_reason,
-        "REQUIRES_PYTHON": release.requires_python or declared.requires_python,
-        "EXTRAS": None if declared.provides_extra is None else dumps(list(declared.provides_extra)),
-        "FILES": dumps([f.as_row() for f in release.files]),
-        "DEPENDENCY_SOURCE": facts.source,
-        "LICENSE_SOURCE": license_.source,
-        "VERSION_VALID": is_valid(release.version),
-    }
 
 
 def product_columns(project: CollectedProject) -> dict[str, Any]:

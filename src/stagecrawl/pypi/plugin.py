@@ -32,18 +32,23 @@ from stagecrawl.kernel.registry import (
 from stagecrawl.pypi import tables
 from stagecrawl.pypi.client import API, FILES, FILES_HOST, INDEX, PyPIClient, SimplePage
 from stagecrawl.pypi.collect import (
+    PROJECT_PAGE,
     CollectedProject,
+    VersionFacts,
     collect_project,
     product_columns,
-    version_row,
 )
 from stagecrawl.pypi.declaration import DECLARATION, PypiSettings
+from stagecrawl.pypi.deps import dependencies
+from stagecrawl.pypi.licenses import declared_license
 from stagecrawl.pypi.locks import parse_lock
+from stagecrawl.pypi.metadata import NOTHING_DECLARED
 from stagecrawl.pypi.names import name_problem, normalize
 from stagecrawl.pypi.versions import is_valid, normalised, sort_key, version_key
-from stagecrawl.sca.ecosystem import Ecosystem
+from stagecrawl.sca.ecosystem import Ecosystem, parse_time
+from stagecrawl.sca.matcher import LicenseMatcher
 from stagecrawl.settings import Settings
-from stagecrawl.storage.db import Database
+from stagecrawl.storage.db import Database, dumps
 
 _PIN = re.compile(r"^\s*(?P<name>[^=\s]+)\s*==\s*(?P<version>\S+)\s*$")
 # PyPI as the SCA core knows it: the OSV ecosystem `PyPI` ordered by PEP 440, purl type `pypi`
@@ -142,7 +147,9 @@ class Pypi(Registry[PyPIClient]):
     ) -> Collected:
         project = await collect_project(client, name, wanted=set(versions))
         client.forget(name)
-        rows = [version_row(project, f, context.now, context.licenses) for f in project.versions]
+        rows = [
+            self.release_row(project, f, context.now, context.licenses) for f in project.versions
+        ]
         releases = project.page.project.releases
         return Collected(
             listed={version_key(r.version): r.yanked for r in releases},
@@ -151,6 +158,48 @@ class Pypi(Registry[PyPIClient]):
             counts=Counter(unknown_dependencies=sum(1 for r in rows if r["DEPENDENCIES"] is None)),
             yanked_rows=sum(1 for r in rows if r["YANKED"]),
         )
+
+    def release_row(
+        self,
+        project: CollectedProject,
+        facts: VersionFacts,
+        now: datetime,
+        licenses: LicenseMatcher | None = None,
+    ) -> dict[str, Any]:
+        """One VERSION row. With `licenses` (the SCA core's matcher over TB_LICENSE_V2), the
+        free-text License field is standardised as for every registry and the chosen
+        expression fills the standard columns; without, it is kept as declared
+        (License-Expression or the classifier table)."""
+        release = facts.release
+        declared = facts.metadata or facts.api or NOTHING_DECLARED
+        standardise = None if licenses is None else (lambda t: licenses.standardise(t).expression)
+        license_ = declared_license(
+            declared.license_expression, declared.license, declared.classifiers, standardise
+        )
+        deps = dependencies(declared.requires_dist)
+        features: dict[str, list[str]] = {}
+        for dep in deps or []:
+            if dep.get("extra"):
+                features.setdefault(dep["extra"], []).append(dep["name"])
+        expression = license_.expression
+        standard = licenses.standardise(expression) if licenses and expression else None
+        extras = declared.provides_extra
+        return self.version_row(
+            project.display_name, release.version, now, standard, expression,
+            DESCRIPTION=declared.summary, LICENSE=license_.text,
+            DEPENDENCIES=None if deps is None else dumps(deps), FEATURES=dumps(features),
+            CHECKSUM=next((f.hashes.get("sha256") for f in release.files if f.hashes), None),
+            YANKED=release.yanked, URL=f"{PROJECT_PAGE}{project.name}/{release.version}/",
+            SCM=dumps({"home_page": declared.home_page, "project_urls": declared.project_urls}),
+            # the first upload, in whole seconds of UTC as every registry's RELEASE_DATE
+            RELEASE_DATE=min(filter(None, (parse_time(f.upload_time) for f in release.files)),
+                             default=None),
+            YANKED_REASON=release.yanked_reason,
+            REQUIRES_PYTHON=release.requires_python or declared.requires_python,
+            EXTRAS=None if extras is None else dumps(list(extras)),
+            FILES=dumps([f.as_row() for f in release.files]), DEPENDENCY_SOURCE=facts.source,
+            LICENSE_SOURCE=license_.source, VERSION_VALID=is_valid(release.version),
+        )  # fmt: skip
 
     def project_product_row(self, project: CollectedProject, now: datetime) -> dict[str, Any]:
         """A collected project's PRODUCT row: every release it lists, its own columns."""
