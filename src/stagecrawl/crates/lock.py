@@ -22,7 +22,7 @@ from stagecrawl.engine.git import last_error_line as _last_error_line
 from stagecrawl.engine.git import run_git as _run
 from stagecrawl.engine.shutdown import GracefulStop
 from stagecrawl.errors import InputError
-from stagecrawl.kernel.lockfiles import package_tables, toml_document
+from stagecrawl.kernel.lockfiles import package_tables, require_format, toml_document
 from stagecrawl.kernel.registry import LockInput, Pin
 from stagecrawl.sca.audit import DependencyGraph, Unaudited
 
@@ -53,11 +53,10 @@ def parse_lockfile(text: str, where: str) -> list[LockedPackage]:
 
 def _locked_packages(document: dict[str, Any], where: str) -> list[LockedPackage]:
     version = document.get("version", 1)
-    if version not in LOCK_VERSIONS:
-        raise InputError(
-            f"{where}: Cargo.lock format version {version!r} is not one stagecrawl reads"
-            f" (it reads {', '.join(map(str, LOCK_VERSIONS))})"
-        )
+    shown = version if isinstance(version, int) else repr(version)  # "3" is not 3
+    readable = "it reads " + ", ".join(map(str, LOCK_VERSIONS))
+    known = version in LOCK_VERSIONS
+    require_format(shown, lambda _: known, where, "Cargo.lock format version", readable)
     result: list[LockedPackage] = []
     for entry in package_tables(document, "package", where, "Cargo.lock", empty=False):
         if not isinstance(entry.get("name"), str):

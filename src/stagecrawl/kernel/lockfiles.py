@@ -1,10 +1,12 @@
 """What every registry's TOML lock files share (Cargo.lock, poetry.lock, uv.lock,
 pylock.toml): a TOML document whose packages are an array of tables. Each registry reads its
-own keys; the two ways such a file is not one, and their one-line errors, are written here."""
+own keys; the ways such a file is not one (not TOML, no packages, a format version stagecrawl
+does not read), and their one-line errors, are written here."""
 
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Callable
 from typing import Any
 
 from stagecrawl.errors import InputError
@@ -28,3 +30,14 @@ def package_tables(
     if not all(isinstance(entry, dict) for entry in entries):
         raise InputError(f"{where}: a [[{key}]] entry is not a table")
     return entries
+
+
+def require_format(
+    value: Any, reads: Callable[[str], object], where: str, field: str, readable: str
+) -> None:
+    """The lock's format version (`field`, as the file calls it) is one stagecrawl reads
+    (`reads` of its text, `readable` in words), else InputError naming `where`."""
+    text = "" if value is None else str(value)
+    if not reads(text):
+        shown = text.strip() or "(none)"
+        raise InputError(f"{where}: {field} {shown} is not one stagecrawl reads ({readable})")

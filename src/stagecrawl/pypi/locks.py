@@ -23,7 +23,7 @@ import pip_requirements_parser as pip_req
 from packaging.specifiers import SpecifierSet
 
 from stagecrawl.errors import InputError
-from stagecrawl.kernel.lockfiles import package_tables, toml_document
+from stagecrawl.kernel.lockfiles import package_tables, require_format, toml_document
 from stagecrawl.kernel.registry import LockInput, Pin
 from stagecrawl.pypi.declaration import DECLARATION
 from stagecrawl.pypi.names import name_problem, normalize
@@ -347,12 +347,10 @@ def _foreign(
 def parse_poetry(document: dict[str, Any], where: str) -> LockInput:
     """poetry.lock 1.1 through 2.1: packages from an index (not git, directory, file, url)."""
     metadata = document.get("metadata")
-    version = str(metadata.get("lock-version", "")) if isinstance(metadata, dict) else ""
-    if not re.match(r"^[12]\.\d+$", version):
-        raise InputError(
-            f"{where}: poetry.lock lock-version {version or '(none)'} is not one stagecrawl reads"
-            " (1.x, 2.x)"
-        )
+    version = metadata.get("lock-version") if isinstance(metadata, dict) else None
+    require_format(
+        version, re.compile(r"[12]\.\d+").fullmatch, where, "poetry.lock lock-version", "1.x, 2.x"
+    )
     lock = LockInput(where, POETRY)
     for entry in package_tables(document, "package", where, POETRY):
         source = entry.get("source")
@@ -368,10 +366,8 @@ def parse_poetry(document: dict[str, Any], where: str) -> LockInput:
 
 def parse_uv(document: dict[str, Any], where: str) -> LockInput:
     """uv.lock version 1 (with or without `revision`): registry packages only."""
-    if document.get("version") != 1:
-        raise InputError(
-            f"{where}: uv.lock version {document.get('version')!r} is not one stagecrawl reads (1)"
-        )
+    version = document.get("version")
+    require_format(version, lambda _: version == 1, where, "uv.lock version", "1")
     lock = LockInput(where, UV)
     for entry in package_tables(document, "package", where, UV):
         source = entry.get("source")
@@ -387,11 +383,8 @@ def parse_uv(document: dict[str, Any], where: str) -> LockInput:
 
 def parse_pylock(document: dict[str, Any], where: str) -> LockInput:
     """PEP 751 lock-version 1.x: packages from an index (not vcs, directory or archive)."""
-    version = str(document.get("lock-version", ""))
-    if not re.match(r"^1(\.\d+)?$", version):
-        raise InputError(
-            f"{where}: pylock lock-version {version or '(none)'} is not one stagecrawl reads (1.x)"
-        )
+    version = document.get("lock-version")
+    require_format(version, re.compile(r"1(\.\d+)?").fullmatch, where, "pylock lock-version", "1.x")
     lock = LockInput(where, PYLOCK)
     for entry in package_tables(document, "packages", where, PYLOCK):
         foreign = next((k for k in ("vcs", "directory", "archive") if k in entry), None)
