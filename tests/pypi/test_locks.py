@@ -355,6 +355,13 @@ async def test_locks_at_each_git_tag(tmp_path: Path) -> None:
         ("project@v1 requirements.txt", REQUESTS_SIX),
     ]
     assert {lk.kind for lk in v1} == {REQUIREMENTS}
+    # the include's pins are named by the tag, as the file naming it is (not the temporary
+    # folder the tag was read from)
+    assert sorted({pin.source for pin in v1[0].pins}) == [
+        "project@v1 requirements-dev.txt line 2",
+        "project@v1 requirements.txt line 1",
+        "project@v1 requirements.txt line 2",
+    ]
     v2 = await locks_at_tag("v2")
     assert [lk.kind for lk in v2] == [UV] and len(pins(v2[0])) == 3
     assert await locks_at_tag("v3") == []

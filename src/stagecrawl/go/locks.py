@@ -12,6 +12,7 @@ from pathlib import Path
 from stagecrawl.errors import InputError
 from stagecrawl.go import modfile
 from stagecrawl.go.versions import go_tag_semver, sort_key
+from stagecrawl.kernel.lockfiles import Namer
 from stagecrawl.kernel.registry import LockInput, Pin
 from stagecrawl.sca.audit import Unaudited
 
@@ -86,9 +87,6 @@ def read_go_sum(text: str, where: str) -> LockInput:
     return LockInput(where, "go.sum", pins=pins)
 
 
-Namer = Callable[[Path], str]  # how a file read is named in pins, reports and errors
-
-
 def read_go_mod(path: Path, text: str, name: Namer = str) -> LockInput:
     mod = _parse(text, name(path))
     lock = LockInput(name(path), "go.mod")
@@ -158,19 +156,3 @@ def read_lock(path: Path, text: str, root: Path | None = None, name: Namer = str
     if path.name == "modules.txt":
         return read_vendor(path, text, name)
     return read_go_mod(path, text, name)
-
-
-def tree_namer(path: Path, root: Path, where: str) -> Namer:
-    """Files of a tree named as `where` names `path` in it (a tag's "app@v1.2.0 go.work", its
-    member "app@v1.2.0 svc/go.mod"), not by the folder they were read from (a tag's is a
-    temporary one, gone when the report is read); a file outside the tree, by its path."""
-    top = root.resolve()
-    named = path.resolve().relative_to(top).as_posix()
-    prefix = where[: -len(named)] if where.endswith(named) else f"{where} "
-
-    def name(file: Path) -> str:
-        resolved = file.resolve()
-        inside = resolved.is_relative_to(top)
-        return prefix + resolved.relative_to(top).as_posix() if inside else str(file)
-
-    return name

@@ -32,6 +32,7 @@ from stagecrawl.go.versions import (
     is_valid,
     sort_key,
 )
+from stagecrawl.kernel.lockfiles import Namer, tree_namer
 from stagecrawl.kernel.registry import (
     CollectContext,
     Collected,
@@ -317,9 +318,9 @@ class Go(Registry[GoClient]):
     def read_lock(
         self, path: Path, text: str, where: str | None = None, root: Path | None = None
     ) -> LockInput:
-        name: locks.Namer = str
+        name: Namer = str
         if where is not None and root is not None:  # a tag's tree: named by the tag
-            name = locks.tree_namer(path, root, where)
+            name = tree_namer(path, root, where)
         lock = self._private(locks.read_lock(path, text, root, name))
         lock.where = where or lock.where
         return lock

@@ -1,12 +1,14 @@
-"""What every registry's TOML lock files share (Cargo.lock, poetry.lock, uv.lock,
-pylock.toml): a TOML document whose packages are an array of tables. Each registry reads its
-own keys; the ways such a file is not one (not TOML, no packages, a format version stagecrawl
-does not read), and their one-line errors, are written here."""
+"""What every registry's lock files share. The TOML ones (Cargo.lock, poetry.lock, uv.lock,
+pylock.toml) are a document whose packages are an array of tables: each registry reads its own
+keys; the ways such a file is not one (not TOML, no packages, a format version stagecrawl does
+not read), and their one-line errors, are written here. And a lock that names other files
+(pip's `-r`/`-c`, a go.work's `use`) names them as `tree_namer` does at a tag."""
 
 from __future__ import annotations
 
 import tomllib
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from stagecrawl.errors import InputError
@@ -41,3 +43,22 @@ def require_format(
     if not reads(text):
         shown = text.strip() or "(none)"
         raise InputError(f"{where}: {field} {shown} is not one stagecrawl reads ({readable})")
+
+
+Namer = Callable[[Path], str]  # how a file read is named in pins, reports and errors
+
+
+def tree_namer(path: Path, root: Path, where: str) -> Namer:
+    """Files of a tree named as `where` names `path` in it (a tag's "app@v1.2.0 go.work", the
+    file it names "app@v1.2.0 svc/go.mod"), not by the folder they were read from (a tag's is
+    a temporary one, gone when the report is read); a file outside the tree, by its path."""
+    top = root.resolve()
+    named = path.resolve().relative_to(top).as_posix()
+    prefix = where[: -len(named)] if where.endswith(named) else f"{where} "
+
+    def name(file: Path) -> str:
+        resolved = file.resolve()
+        inside = resolved.is_relative_to(top)
+        return prefix + resolved.relative_to(top).as_posix() if inside else str(file)
+
+    return name

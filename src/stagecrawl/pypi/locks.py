@@ -23,7 +23,7 @@ import pip_requirements_parser as pip_req
 from packaging.specifiers import SpecifierSet
 
 from stagecrawl.errors import InputError
-from stagecrawl.kernel.lockfiles import package_tables, require_format, toml_document
+from stagecrawl.kernel.lockfiles import package_tables, require_format, toml_document, tree_namer
 from stagecrawl.kernel.registry import LockInput, Pin
 from stagecrawl.pypi.declaration import DECLARATION
 from stagecrawl.pypi.names import name_problem, normalize
@@ -161,9 +161,10 @@ class _RequirementsReader:
     and leaves unpinned; alone it is not installed, so not a dependency), includes relative to
     the file that names them, a cycle read once."""
 
-    def __init__(self, lock: LockInput, root: Path | None) -> None:
+    def __init__(self, lock: LockInput, root: Path | None, file: Path | None) -> None:
         self.lock = lock
         self.root = root.resolve() if root is not None else None
+        self.name = None if root is None or file is None else tree_namer(file, root, lock.where)
         self.read_files: set[tuple[Path, bool]] = set()
         # requirements that are not pins: (name, specifier, text, file, line), for a constraint
         self.wanted: list[tuple[str, SpecifierSet, str, str, int]] = []
@@ -233,11 +234,10 @@ class _RequirementsReader:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise InputError(f"{at}: cannot read {option} {target}: {exc}") from None
-        if self.root is None:  # as the user would write it: beside the file that names it
+        if self.name is None:  # as the user would write it: beside the file that names it
             label = os.path.normpath(os.path.join(os.path.dirname(where), target))
-        else:  # the tree's path, after the lock's own prefix ("repo@tag")
-            prefix = self.lock.where.rsplit(" ", 1)[0] + " " if " " in self.lock.where else ""
-            label = prefix + path.relative_to(self.root).as_posix()
+        else:  # a tag's tree: as the tag names its files ("repo@tag sub/requirements.txt")
+            label = self.name(path)
         self.read(text, label, path, constraint, (*chain, path))
 
     def _requirement(
@@ -311,7 +311,7 @@ def parse_requirements(
     fails the audit); an editable, VCS, URL or path line is named as not audited, the rest of
     the file read. A line that is not a requirement at all is an error, as for pip."""
     lock = LockInput(where, REQUIREMENTS)
-    reader = _RequirementsReader(lock, root)
+    reader = _RequirementsReader(lock, root, file)
     chain = () if file is None else (file.resolve(),)
     reader.read_files.update((path, False) for path in chain)
     reader.read(text, where, file, False, chain)
