@@ -35,6 +35,7 @@ from stagecrawl.crates.tables import LANGUAGE, REPOSITORY, products, versions
 from stagecrawl.engine.progress import ProgressReporter
 from stagecrawl.engine.shutdown import GracefulStop, Interrupted, current_stop
 from stagecrawl.errors import ConfigError, InputError
+from stagecrawl.jsoncodec import loads
 from stagecrawl.queue.table import utcnow
 from stagecrawl.sca.ecosystem import parse_time
 from stagecrawl.sca.matcher import LicenseMatcher
@@ -471,7 +472,7 @@ def _write_versions(
             if features is None:
                 if len(features_cache) >= FEATURES_CACHE:
                     features_cache.clear()
-                features = features_cache[features_text] = dumps(json.loads(features_text))
+                features = features_cache[features_text] = dumps(loads(features_text))
             checksum = _field(record, i_checksum)
             if not checksum:
                 raw = _field(record, i_sha256) or ""

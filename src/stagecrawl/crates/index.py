@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, cast
 
 from stagecrawl.crates.names import identity_key, validate_name, validate_version
 from stagecrawl.errors import InputError, UnreadableAnswer
+from stagecrawl.jsoncodec import loads
 from stagecrawl.storage.db import dumps
 
 
@@ -216,27 +217,15 @@ class _BadLine(Exception):
         self.version = version
 
 
-# The decoder's scanner, called on a line directly: one C call a line (json.loads adds
-# an encoding check and two whitespace matches in Python, a third of an index line's cost).
-_scan_once: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
-
-
 def _parse_line(line: str, valid_names: Collection[str] = ()) -> IndexVersion:
     """One line as a version; `valid_names` are names already validated (a file's lines
     share theirs: each is checked once)."""
     try:
-        entry, end = _scan_once(line, 0)
-    except (StopIteration, ValueError):
-        end = -1
+        entry = loads(line)
+    except json.JSONDecodeError as exc:  # json's, in its words (jsoncodec)
+        raise _BadLine(f"not JSON: {exc.msg} at column {exc.colno}", _version_in(line)) from None
     except RecursionError:  # nested deeper than the decoder recurses: one bad line
         raise _BadLine("not JSON: nested too deeply", _version_in(line)) from None
-    if end != len(line):  # not one JSON value alone: json.loads decides, and says why
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise _BadLine(
-                f"not JSON: {exc.msg} at column {exc.colno}", _version_in(line)
-            ) from None
     if not isinstance(entry, dict):
         raise _BadLine(f"not a JSON object but {type(entry).__name__}", None)
     vers = entry.get("vers")

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
-import json
 import random
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -62,6 +61,7 @@ from stagecrawl.errors import (
     RateLimited,
     TransientError,
 )
+from stagecrawl.jsoncodec import loads
 from stagecrawl.settings import DEFAULTS
 from stagecrawl.storage.names import VALIDATOR_MAX
 
@@ -139,7 +139,7 @@ class FetchResult:
         """The body as JSON; otherwise a ValueError saying what came instead (its content
         type and first bytes: an HTML error page, a captive portal), not a parser's column."""
         try:
-            return json.loads(self.content)
+            return loads(self.content)
         # JSONDecodeError, bytes that are not UTF-8 at all, or JSON nested deeper than the
         # decoder recurses (a RecursionError: it is junk from the server all the same)
         except (ValueError, RecursionError) as exc:

@@ -4,7 +4,6 @@ feed (`since` inclusive: rows deduplicated on path and version), a lane each."""
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from collections.abc import AsyncIterator, Iterable
@@ -16,6 +15,7 @@ from urllib.parse import quote
 from stagecrawl.engine.fetcher import Fetcher, FetchResult, Validators
 from stagecrawl.engine.runcache import RunCache
 from stagecrawl.go.versions import escape
+from stagecrawl.jsoncodec import loads
 
 PROXY, INDEX, ZIP = "proxy", "index", "zip"
 NO_FETCH = {"Disable-Module-Fetch": "true"}
@@ -128,7 +128,7 @@ class GoClient:
                 if not line.strip():
                     continue
                 try:
-                    item = json.loads(line)
+                    item = loads(line)
                     rows.append(FeedRow(*(str(item[k]) for k in ("Path", "Version", "Timestamp"))))
                 except (ValueError, KeyError, TypeError):
                     raise ValueError(f"index feed line {number} is not a JSON row") from None

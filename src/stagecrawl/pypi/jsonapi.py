@@ -5,10 +5,10 @@ unknown, not none."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
+from stagecrawl.jsoncodec import loads
 from stagecrawl.pypi.metadata import Declared
 from stagecrawl.pypi.simple import SimpleFormatError
 
@@ -39,7 +39,7 @@ def parse_json_api(content: bytes) -> ApiRelease:
     if content.lstrip()[:1] == b"<":
         raise SimpleFormatError("an HTML page where the JSON API was asked for")
     try:
-        document = json.loads(content)
+        document = loads(content)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # Recursion: too deep
         raise SimpleFormatError(f"JSON API reply is not JSON ({str(exc)[:80]})") from None
     info = document.get("info") if isinstance(document, dict) else None

@@ -6,7 +6,6 @@ refused (PEP 629)."""
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -14,6 +13,7 @@ from typing import Any
 from urllib.parse import urljoin
 
 from stagecrawl.errors import UnreadableAnswer
+from stagecrawl.jsoncodec import loads
 from stagecrawl.pypi.names import normalize
 from stagecrawl.pypi.versions import parse
 
@@ -164,7 +164,7 @@ def parse_simple_page(content: bytes, page_url: str, project: str) -> SimpleProj
     if head.startswith((b"<!doctype", b"<html", b"<")):
         raise SimpleFormatError("an HTML page where the Simple API JSON was asked for")
     try:
-        document = json.loads(content)
+        document = loads(content)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # Recursion: too deep
         raise SimpleFormatError(f"not JSON ({str(exc)[:80]})") from None
     if not isinstance(document, dict) or not isinstance(document.get("files"), list):

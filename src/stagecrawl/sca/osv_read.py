@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from stagecrawl.errors import InputError
+from stagecrawl.jsoncodec import loads
 
 log = logging.getLogger("stagecrawl.osv")
 
@@ -63,7 +64,7 @@ def _one(body: bytes, name: str, report: ReadReport, max_entry: int) -> Iterator
         report.skipped_too_large += 1
         return
     try:
-        record = json.loads(body)
+        record = loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):  # Recursion: too deep
         report.skipped_invalid += 1
         log.warning("skipping %s: not JSON", name)

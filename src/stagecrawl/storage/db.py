@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import logging
 import os
 import random
@@ -48,6 +47,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.types import UserDefinedType
 
 from stagecrawl.errors import DatabaseUnavailable, StorageError
+from stagecrawl.jsoncodec import canonical
 from stagecrawl.secrets import mask_url, redact
 from stagecrawl.settings import DEFAULTS
 from stagecrawl.storage import names
@@ -75,18 +75,13 @@ PG_CI_COLLATION = "stagecrawl_ci"
 SCHEMA_CORE = "core"  # the schema part of the shared tables (a registry's part is its code)
 
 
-# One encoder for every JSON column value: json.dumps with options builds a new JSONEncoder
-# on each call (a few per VERSION row).
-_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
 def dumps(value: Any) -> str | None:
     """Canonical compact JSON for JSON columns (None stays NULL)."""
     if value is None:
         return None
     if not value and type(value) in _EMPTY:  # most versions' features, many dependencies
         return _EMPTY[type(value)]
-    return _ENCODER.encode(value)
+    return canonical(value)
 
 
 _EMPTY: dict[type, str] = {list: "[]", dict: "{}", tuple: "[]"}
