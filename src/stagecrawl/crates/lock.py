@@ -55,8 +55,7 @@ def _locked_packages(document: dict[str, Any], where: str) -> list[LockedPackage
     version = document.get("version", 1)
     shown = version if isinstance(version, int) else repr(version)  # "3" is not 3
     readable = "it reads " + ", ".join(map(str, LOCK_VERSIONS))
-    known = version in LOCK_VERSIONS
-    require_format(shown, lambda _: known, where, "Cargo.lock format version", readable)
+    require_format(shown, version in LOCK_VERSIONS, where, "Cargo.lock format version", readable)
     result: list[LockedPackage] = []
     for entry in package_tables(document, "package", where, "Cargo.lock", empty=False):
         if not isinstance(entry.get("name"), str):

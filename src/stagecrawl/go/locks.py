@@ -6,7 +6,6 @@ a pin; the standard library at the toolchain line's version, else the go line's.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from pathlib import Path
 
 from stagecrawl.errors import InputError
@@ -31,7 +30,7 @@ def _parse(text: str, where: str, work: bool = False) -> modfile.ModFile:
         raise InputError(f"{where}:{exc}") from None
 
 
-def _read(path: Path, name: Callable[[Path], str] = str) -> str:
+def _read(path: Path, name: Namer = str) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

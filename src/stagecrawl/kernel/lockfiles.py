@@ -34,15 +34,14 @@ def package_tables(
     return entries
 
 
-def require_format(
-    value: Any, reads: Callable[[str], object], where: str, field: str, readable: str
-) -> None:
-    """The lock's format version (`field`, as the file calls it) is one stagecrawl reads
-    (`reads` of its text, `readable` in words), else InputError naming `where`."""
-    text = "" if value is None else str(value)
-    if not reads(text):
-        shown = text.strip() or "(none)"
-        raise InputError(f"{where}: {field} {shown} is not one stagecrawl reads ({readable})")
+def require_format(value: Any, known: bool, where: str, field: str, readable: str) -> None:
+    """The lock's format version (`value` of `field`, as the file calls it) is one stagecrawl
+    reads (`known`, `readable` in words), else InputError naming `where`."""
+    if not known:
+        shown = "" if value is None else str(value).strip()
+        raise InputError(
+            f"{where}: {field} {shown or '(none)'} is not one stagecrawl reads ({readable})"
+        )
 
 
 Namer = Callable[[Path], str]  # how a file read is named in pins, reports and errors

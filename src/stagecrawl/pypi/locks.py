@@ -348,9 +348,8 @@ def parse_poetry(document: dict[str, Any], where: str) -> LockInput:
     """poetry.lock 1.1 through 2.1: packages from an index (not git, directory, file, url)."""
     metadata = document.get("metadata")
     version = metadata.get("lock-version") if isinstance(metadata, dict) else None
-    require_format(
-        version, re.compile(r"[12]\.\d+").fullmatch, where, "poetry.lock lock-version", "1.x, 2.x"
-    )
+    known = re.fullmatch(r"[12]\.\d+", str(version)) is not None
+    require_format(version, known, where, "poetry.lock lock-version", "1.x, 2.x")
     lock = LockInput(where, POETRY)
     for entry in package_tables(document, "package", where, POETRY):
         source = entry.get("source")
@@ -367,7 +366,7 @@ def parse_poetry(document: dict[str, Any], where: str) -> LockInput:
 def parse_uv(document: dict[str, Any], where: str) -> LockInput:
     """uv.lock version 1 (with or without `revision`): registry packages only."""
     version = document.get("version")
-    require_format(version, lambda _: version == 1, where, "uv.lock version", "1")
+    require_format(version, version == 1, where, "uv.lock version", "1")
     lock = LockInput(where, UV)
     for entry in package_tables(document, "package", where, UV):
         source = entry.get("source")
@@ -384,7 +383,8 @@ def parse_uv(document: dict[str, Any], where: str) -> LockInput:
 def parse_pylock(document: dict[str, Any], where: str) -> LockInput:
     """PEP 751 lock-version 1.x: packages from an index (not vcs, directory or archive)."""
     version = document.get("lock-version")
-    require_format(version, re.compile(r"1(\.\d+)?").fullmatch, where, "pylock lock-version", "1.x")
+    known = re.fullmatch(r"1(\.\d+)?", str(version)) is not None
+    require_format(version, known, where, "pylock lock-version", "1.x")
     lock = LockInput(where, PYLOCK)
     for entry in package_tables(document, "packages", where, PYLOCK):
         foreign = next((k for k in ("vcs", "directory", "archive") if k in entry), None)
