@@ -129,3 +129,13 @@ def test_real_crates_io_needs_a_contact(tmp_path: Path) -> None:
     done = stagecrawl("crates", "crawl", "serde", "--db", f"sqlite:///{tmp_path / 'x.db'}")
     assert done.returncode == 2
     assert "contact is required" in done.stderr and "STAGECRAWL_CONTACT" in done.stderr
+    assert "crates.io's crawler policy" in done.stderr
+
+
+def test_the_real_dump_needs_a_contact_too(tmp_path: Path) -> None:
+    """The dump's download says the same policy as the crawl (one message, not a copy)."""
+    source = "https://static.crates.io/db-dump.tar.gz"
+    done = stagecrawl("crates", "dbdump", "--source", source, "--db", f"sqlite:///{tmp_path}/x.db")
+    assert done.returncode == 2, done.stderr
+    assert "contact is required: crates.io's crawler policy" in done.stderr
+    assert not (tmp_path / "x.db").exists()  # refused before anything was opened

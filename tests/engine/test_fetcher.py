@@ -56,8 +56,10 @@ async def test_user_agent_carries_version_and_contact(origin: TestOrigin) -> Non
 
 def test_contact_required_refuses_with_reason() -> None:
     with pytest.raises(ConfigError, match=r"contact is required: crates\.io asks"):
-        require_contact(FetchSettings(contact=None), "crates.io asks crawlers for one")
-    require_contact(FetchSettings(contact="me@example.org"), "x")
+        require_contact(None, "crates.io asks crawlers for one")
+    with pytest.raises(ConfigError, match="a contact is required"):
+        require_contact("  ", "crates.io asks crawlers for one")
+    require_contact("me@example.org", "x")
 
 
 async def test_retry_after_seconds_is_waited_in_full(origin: TestOrigin) -> None:

@@ -25,7 +25,7 @@ from stagecrawl.aircraft.stages import (
 from stagecrawl.aircraft.wikidata import QUANTITY_FIELDS
 from stagecrawl.components import build_fetcher, effective, loop_settings
 from stagecrawl.engine.crawler import Crawler, CrawlSummary, JsonStoreSink, Output, Stage
-from stagecrawl.engine.fetcher import Fetcher, FetchSettings, require_contact
+from stagecrawl.engine.fetcher import Fetcher, require_contact
 from stagecrawl.engine.filelock import exclusive_folder
 from stagecrawl.engine.frontier import FAILED, GAVE_UP, INFLIGHT, PENDING, Frontier
 from stagecrawl.engine.jsonstore import (
@@ -74,7 +74,7 @@ class AircraftConfig:
                 raise ConfigError(f"{label} must be an http(s) URL, got {url!r}")
             if (parts.hostname or "").endswith("wikidata.org"):
                 require_contact(
-                    FetchSettings(contact=self.settings.contact),
+                    self.settings.contact,
                     "Wikimedia's User-Agent policy asks for a way to reach the operator",
                 )
         if not 1 <= self.batch <= MAX_BATCH:

@@ -32,9 +32,10 @@ from stagecrawl.crates.licenses import CRATES_READER
 from stagecrawl.crates.rows import CRATES_IO_PAGE
 from stagecrawl.crates.semver import SEMVER
 from stagecrawl.crates.tables import LANGUAGE, REPOSITORY, products, versions
+from stagecrawl.engine.fetcher import require_contact
 from stagecrawl.engine.progress import ProgressReporter
 from stagecrawl.engine.shutdown import GracefulStop, Interrupted, current_stop
-from stagecrawl.errors import ConfigError, InputError
+from stagecrawl.errors import InputError
 from stagecrawl.jsoncodec import loads
 from stagecrawl.queue.table import utcnow
 from stagecrawl.sca.ecosystem import parse_time
@@ -560,16 +561,13 @@ async def run_dbdump(
     progress: ProgressReporter | None = None,
 ) -> DumpReport:
     """`crates dbdump`: download the dump (or read a local one), then load it."""
-    from stagecrawl.crates.plugin import is_crates_io
+    from stagecrawl.crates.plugin import REGISTRY, is_crates_io
 
     with tempfile.TemporaryDirectory(prefix="stagecrawl-dl-") as tmp:
         if source.startswith(("http://", "https://")):
             check_http_url(source, "--source")
-            if is_crates_io(source) and not (s.contact or "").strip():
-                raise ConfigError(
-                    "a contact is required: crates.io asks for one. Pass --contact"
-                    " EMAIL-OR-URL or set STAGECRAWL_CONTACT."
-                )
+            if is_crates_io(source):
+                require_contact(s.contact, str(REGISTRY.contact_policy))
             path = Path(tmp) / "db-dump.tar.gz"
             async with download_fetcher(s, source) as fetcher:
                 await stop.cancelling(fetcher.download(source, path, max_bytes, lane="download"))

@@ -84,6 +84,10 @@ class Crates(Registry[CratesClient]):
     policy_reader = CRATES_POLICY_READER
     version_matcher = staticmethod(version_matcher)
     reads_cargo_configs = True
+    contact_policy = (
+        "crates.io's crawler policy asks every crawler to identify itself with a way to reach"
+        " its operator in the User-Agent"
+    )
 
     # -- identity ---------------------------------------------------------------------------
 
@@ -116,12 +120,12 @@ class Crates(Registry[CratesClient]):
                     f"{label} carries credentials ({mask_url(url)}) and {token_name} is set:"
                     " use one of them"
                 )
-        if any(is_crates_io(u) for u in (c.index_url, c.api_url)) and not (s.contact or "").strip():
-            raise ConfigError(
-                "a contact is required: crates.io's crawler policy asks every crawler to identify"
-                " itself with a way to reach its operator in the User-Agent. Pass --contact"
-                " EMAIL-OR-URL or set STAGECRAWL_CONTACT."
-            )
+        super().check_settings(s)
+
+    def asks_contact(self, s: Settings) -> bool:
+        """crates.io asks; another registry's index (a mirror, a private one) may not."""
+        c = s.section(CratesSettings)
+        return any(is_crates_io(u) for u in (c.index_url, c.api_url))
 
     def lanes(self, s: Settings) -> Lanes:
         c = s.section(CratesSettings)

@@ -92,9 +92,10 @@ class FetchSettings:
         return f"stagecrawl/{__version__}"
 
 
-def require_contact(settings: FetchSettings, why: str) -> None:
-    """Refuse to start against an origin whose policy asks for a contact in the User-Agent."""
-    if not settings.contact or not settings.contact.strip():
+def require_contact(contact: str | None, why: str) -> None:
+    """Refuse to start against an origin whose policy asks for a contact in the User-Agent
+    (`why`: that policy, in words)."""
+    if not contact or not contact.strip():
         raise ConfigError(
             f"a contact is required: {why}. Pass --contact EMAIL-OR-URL or set STAGECRAWL_CONTACT."
         )

@@ -199,6 +199,9 @@ class Registry(ABC, Generic[C]):
     version_matcher: Callable[[str], Callable[[str], bool]] | None = None
     # A Rust audit also reads the cargo tools' deny.toml and .cargo/audit.toml
     reads_cargo_configs = False
+    # Why the registry's origin asks a crawler for a contact in its User-Agent (its crawler
+    # policy, in words); None: it does not
+    contact_policy: str | None = None
 
     # -- identity ---------------------------------------------------------------------------
 
@@ -310,7 +313,17 @@ class Registry(ABC, Generic[C]):
         """The registry's lanes (one per endpoint) from its settings section."""
 
     def check_settings(self, s: Settings) -> None:
-        """What the settings table cannot check alone (a contact a registry requires)."""
+        """What the settings table cannot check alone: by default the contact the origin asks
+        for (`contact_policy`), where `asks_contact` says the run reaches that origin."""
+        from stagecrawl.engine.fetcher import require_contact
+
+        if self.contact_policy is not None and self.asks_contact(s):
+            require_contact(s.contact, self.contact_policy)
+
+    def asks_contact(self, s: Settings) -> bool:
+        """Whether the run's sources are the origin whose policy asks for a contact: yes by
+        default (a mirror of it answers the same crawler)."""
+        return True
 
     def configure(self, s: Settings) -> None:
         """Take the run's settings that decide what the registry reads, not how it fetches

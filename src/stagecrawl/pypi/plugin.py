@@ -89,6 +89,9 @@ class Pypi(Registry[PyPIClient]):
     schema = tables.SCHEMA
     lanes_shown = (INDEX, API, FILES)
     version_matcher = staticmethod(pep440_matcher)
+    contact_policy = (
+        "PyPI refuses generic clients and asks crawlers to say how to reach their operator"
+    )
 
     # -- identity ---------------------------------------------------------------------------
 
@@ -111,15 +114,6 @@ class Pypi(Registry[PyPIClient]):
         return version
 
     # -- sources ----------------------------------------------------------------------------
-
-    def check_settings(self, s: Settings) -> None:
-        from stagecrawl.components import fetch_settings
-        from stagecrawl.engine.fetcher import require_contact
-
-        require_contact(
-            fetch_settings(s),
-            "PyPI refuses generic clients and asks crawlers to say how to reach their operator",
-        )
 
     def lanes(self, s: Settings) -> Lanes:
         """The three lanes. The files lane is chosen by name for every core metadata URL,
