@@ -3,11 +3,13 @@ order and RustSec as its advisory database."""
 
 from __future__ import annotations
 
-from stagecrawl.crates.semver import Version, sort_key
-from stagecrawl.sca.ecosystem import Ecosystem
+from stagecrawl.crates.declaration import DECLARATION
+from stagecrawl.crates.semver import SEMVER, Version
+from stagecrawl.kernel.registry import declared_ecosystem
 
-CRATES = Ecosystem(
-    name="crates.io",
+CRATES = declared_ecosystem(
+    DECLARATION,
+    SEMVER,
     purl_type="cargo",
     parse_version=Version.parse,
     version_kind="semantic version",
@@ -16,8 +18,6 @@ CRATES = Ecosystem(
     primary_prefix="RUSTSEC-",
     database_name="RustSec",
     advisory_url_template="https://rustsec.org/advisories/{}.html",
-    sort_key=sort_key,
-    package_word="crate",
     registry_key="crates_io",
     lockfile_name="Cargo.lock",
     manifest_name="Cargo.toml",

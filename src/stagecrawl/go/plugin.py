@@ -42,18 +42,19 @@ from stagecrawl.kernel.registry import (
     RefreshTarget,
     Registry,
     SourceFailed,
+    declared_ecosystem,
 )
 from stagecrawl.sca.audit import Unaudited
-from stagecrawl.sca.ecosystem import Ecosystem, parse_time
+from stagecrawl.sca.ecosystem import parse_time
 from stagecrawl.settings import Settings
 from stagecrawl.storage.db import Database
 
-GO = Ecosystem(
-    name="Go", purl_type="golang", version_kind="Go semantic version", sort_key=sort_key,
+GO = declared_ecosystem(
+    DECLARATION, tables.GO_ORDER, purl_type="golang", version_kind="Go semantic version",
     parse_version=GoVersion.parse,  # OSV's bounds have no `v`: both spellings parse
     product_key=lambda name: name,  # module paths are case-sensitive
     primary_prefix="GO-", database_name="Go Vulnerability Database",
-    advisory_url_template="https://pkg.go.dev/vuln/{}", package_word="module",
+    advisory_url_template="https://pkg.go.dev/vuln/{}",
     registry_key="go", lockfile_name="go.mod", manifest_name="go.mod",
 )  # fmt: skip
 

@@ -484,6 +484,16 @@ class Registry(ABC, Generic[C]):
         return Package(name, version, [source])
 
 
+def declared_ecosystem(decl: RegistryDecl, order: VersionOrder, **facts: Any) -> Ecosystem:
+    """The registry as OSV, purl and reports know it (`sca.ecosystem.Ecosystem`), with what
+    its declaration and version order say already taken from them, not said again: OSV's
+    name for it, its word for a package, the order ranges are read in; `facts` the rest."""
+    from stagecrawl.sca.ecosystem import Ecosystem
+
+    unit = decl.words.unit
+    return Ecosystem(name=decl.osv_ecosystem, package_word=unit, sort_key=order.key, **facts)
+
+
 def load(decl: RegistryDecl) -> Registry[Any]:
     """A registry's work from its declaration (its module imported now)."""
     import importlib

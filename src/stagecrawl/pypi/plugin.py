@@ -28,6 +28,7 @@ from stagecrawl.kernel.registry import (
     RefreshPlan,
     RefreshTarget,
     Registry,
+    declared_ecosystem,
 )
 from stagecrawl.pypi import tables
 from stagecrawl.pypi.client import API, FILES, FILES_HOST, INDEX, PyPIClient, SimplePage
@@ -44,8 +45,8 @@ from stagecrawl.pypi.licenses import declared_license
 from stagecrawl.pypi.locks import parse_lock
 from stagecrawl.pypi.metadata import NOTHING_DECLARED
 from stagecrawl.pypi.names import name_problem, normalize
-from stagecrawl.pypi.versions import is_valid, normalised, sort_key, version_key
-from stagecrawl.sca.ecosystem import Ecosystem, parse_time
+from stagecrawl.pypi.versions import is_valid, normalised, version_key
+from stagecrawl.sca.ecosystem import parse_time
 from stagecrawl.sca.matcher import LicenseMatcher
 from stagecrawl.settings import Settings
 from stagecrawl.storage.db import Database, dumps
@@ -53,16 +54,15 @@ from stagecrawl.storage.db import Database, dumps
 _PIN = re.compile(r"^\s*(?P<name>[^=\s]+)\s*==\s*(?P<version>\S+)\s*$")
 # PyPI as the SCA core knows it: the OSV ecosystem `PyPI` ordered by PEP 440, purl type `pypi`
 # (names PEP 503-normalised, as the purl spec asks) and PYSEC as its advisory database.
-PYPI = Ecosystem(
-    name="PyPI",
+PYPI = declared_ecosystem(
+    DECLARATION,
+    tables.PEP440,
     purl_type="pypi",
     parse_version=Version,  # InvalidVersion is a ValueError: such a version matches no range
     version_kind="PEP 440 version",
     product_key=normalize,
     primary_prefix="PYSEC-",
     database_name="PyPA Advisory Database",
-    sort_key=sort_key,
-    package_word="project",
     registry_key="pypi",
     lockfile_name="lock file",
     normalise_version=normalised,  # equality: packaging's Version (the default key)
