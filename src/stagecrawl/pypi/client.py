@@ -11,7 +11,7 @@ from stagecrawl.engine.fetcher import Fetcher, FetchResult, Validators
 from stagecrawl.engine.runcache import PARSED_WEIGHT, RunCache
 from stagecrawl.errors import NotFound
 from stagecrawl.pypi.jsonapi import ApiRelease, parse_json_api
-from stagecrawl.pypi.metadata import CoreMetadata, parse_core_metadata
+from stagecrawl.pypi.metadata import Declared, parse_core_metadata
 from stagecrawl.pypi.names import normalize
 from stagecrawl.pypi.simple import SIMPLE_JSON, DistFile, SimpleProject, parse_simple_page
 
@@ -99,7 +99,7 @@ class PyPIClient:
             return None
         return parse_json_api(result.content)
 
-    async def metadata(self, file: DistFile) -> CoreMetadata | None:
+    async def metadata(self, file: DistFile) -> Declared | None:
         """A file's PEP 658 core metadata, None when the files host does not have it. Raises
         MetadataMismatch when its hash is not the one the Simple page gave."""
         try:

@@ -17,7 +17,7 @@ from typing import Any
 from stagecrawl.engine.fanout import all_or_none
 from stagecrawl.pypi.client import MetadataMismatch, PyPIClient, SimplePage
 from stagecrawl.pypi.jsonapi import ApiRelease
-from stagecrawl.pypi.metadata import CoreMetadata
+from stagecrawl.pypi.metadata import Declared
 from stagecrawl.pypi.simple import SimpleRelease
 from stagecrawl.pypi.versions import is_valid, version_key
 from stagecrawl.storage.db import dumps
@@ -30,7 +30,7 @@ class VersionFacts:
     """What stagecrawl knows of one version after enrichment."""
 
     release: SimpleRelease
-    metadata: CoreMetadata | None = None
+    metadata: Declared | None = None
     api: ApiRelease | None = None
     source: str | None = None  # metadata | json-api | None (neither answered)
     problem: str | None = None

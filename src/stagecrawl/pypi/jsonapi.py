@@ -16,11 +16,6 @@ from stagecrawl.pypi.simple import SimpleFormatError
 @dataclass(frozen=True)
 class ApiRelease(Declared):
     display_name: str
-    version: str | None
-    yanked: bool
-    yanked_reason: str | None
-    last_serial: int | None
-    release_versions: tuple[str, ...]  # the keys of `releases`, where the reply has them
 
 
 def _text(value: Any) -> str | None:
@@ -46,12 +41,8 @@ def parse_json_api(content: bytes) -> ApiRelease:
     if not isinstance(info, dict) or not isinstance(info.get("name"), str):
         raise SimpleFormatError("not a JSON API reply (no info.name)")
     urls = info.get("project_urls")
-    home = _text(info.get("home_page"))
-    releases = document.get("releases")
-    serial = document.get("last_serial")
     return ApiRelease(
         display_name=info["name"],
-        version=_text(info.get("version")),
         summary=_text(info.get("summary")),
         license=_text(info.get("license")),
         license_expression=_text(info.get("license_expression")),
@@ -62,9 +53,5 @@ def parse_json_api(content: bytes) -> ApiRelease:
         project_urls={str(k): str(v) for k, v in urls.items() if isinstance(v, str)}
         if isinstance(urls, dict)
         else {},
-        home_page=home,
-        yanked=bool(info.get("yanked", False)),
-        yanked_reason=_text(info.get("yanked_reason")),
-        last_serial=serial if isinstance(serial, int) else None,
-        release_versions=tuple(releases) if isinstance(releases, dict) else (),
+        home_page=_text(info.get("home_page")),
     )

@@ -33,12 +33,6 @@ class Declared:
 NOTHING_DECLARED = Declared(None, None, None, None, None, None, (), {}, None)
 
 
-@dataclass(frozen=True)
-class CoreMetadata(Declared):
-    name: str | None
-    version: str | None
-
-
 def header_fields(text: str) -> dict[str, list[str]]:
     """The header block's fields, by lower-cased name, each value as `email.message.Message`
     gives it when `email.parser.Parser(policy=compat32)` read `text` with `headersonly`
@@ -89,7 +83,7 @@ def _all(fields: dict[str, list[str]], key: str) -> list[str]:
     return [value.strip() for value in fields.get(key, ())]
 
 
-def parse_core_metadata(content: bytes) -> CoreMetadata:
+def parse_core_metadata(content: bytes) -> Declared:
     """Headers of a METADATA file; a missing field is None or empty, never invented."""
     fields = header_fields(content.decode("utf-8", errors="replace"))
     urls: dict[str, str] = {}
@@ -97,9 +91,7 @@ def parse_core_metadata(content: bytes) -> CoreMetadata:
         label, _, url = entry.partition(",")
         if url.strip():
             urls[label.strip()] = url.strip()
-    return CoreMetadata(
-        name=_one(fields, "name"),
-        version=_one(fields, "version"),
+    return Declared(
         summary=_one(fields, "summary"),
         requires_dist=tuple(_all(fields, "requires-dist")),
         provides_extra=tuple(dict.fromkeys(_all(fields, "provides-extra"))),
