@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 import pytest
 
@@ -278,3 +279,34 @@ def test_every_real_metadata_file_parses() -> None:
     assert unreadable == [
         ("ipython-4.1.0rc1-py2.py3-none-any.whl.metadata", "setuptools (>=18.5decorator)")
     ]
+
+
+@pytest.mark.parametrize(
+    "times",
+    [
+        ["2024-01-02T00:00:00.000000Z", "2024-01-01T23:59:59.999999Z"],
+        ["2024-01-01T00:00:00Z", "2024-01-01T00:00:00.500000Z", "2023-12-31T23:00:00.1Z"],
+        ["2024-01-01T01:00:00+01:00", "2024-01-01T00:30:00Z"],  # an offset: each parsed
+        ["0000-00-00T00:00:00Z", "2024-05-01T00:00:00Z"],  # no date: the others
+        ["not a time", "2024-05-01T00:00:00.1Z"],
+        ["2024-05-01T00:00:00.1Z"],
+        [],
+    ],
+)
+def test_a_release_date_is_its_first_upload_in_whole_seconds(times: list[str]) -> None:
+    """Against each time parsed by datetime (the upload-times as PyPI gives them, in UTC)."""
+    files = [
+        {"filename": f"demo-1.0-{i}.whl", "url": f"https://x/{i}", "upload-time": t}
+        for i, t in enumerate(times)
+    ]
+    body = json.dumps({"meta": {"api-version": "1.1"}, "name": "demo", "files": files})
+    (release,) = parse_simple_page(body.encode(), "https://x/", "demo").releases or [None]
+    parsed = []
+    for text in times:
+        try:
+            moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            continue
+        parsed.append(moment.astimezone(UTC).replace(tzinfo=None, microsecond=0))
+    expected = min(parsed, default=None)
+    assert (release.first_upload if release else None) == expected

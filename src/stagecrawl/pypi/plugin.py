@@ -46,7 +46,6 @@ from stagecrawl.pypi.locks import parse_lock
 from stagecrawl.pypi.metadata import NOTHING_DECLARED
 from stagecrawl.pypi.names import name_problem, normalize
 from stagecrawl.pypi.versions import is_valid, normalised, version_key
-from stagecrawl.sca.ecosystem import parse_time
 from stagecrawl.sca.matcher import LicenseMatcher
 from stagecrawl.settings import Settings
 from stagecrawl.storage.db import Database, dumps
@@ -185,9 +184,7 @@ class Pypi(Registry[PyPIClient]):
             CHECKSUM=next((f.hashes.get("sha256") for f in release.files if f.hashes), None),
             YANKED=release.yanked, URL=f"{PROJECT_PAGE}{project.name}/{release.version}/",
             SCM=dumps({"home_page": declared.home_page, "project_urls": declared.project_urls}),
-            # the first upload, in whole seconds of UTC as every registry's RELEASE_DATE
-            RELEASE_DATE=min(filter(None, (parse_time(f.upload_time) for f in release.files)),
-                             default=None),
+            RELEASE_DATE=release.first_upload,
             YANKED_REASON=release.yanked_reason,
             REQUIRES_PYTHON=release.requires_python or declared.requires_python,
             EXTRAS=None if extras is None else dumps(list(extras)),

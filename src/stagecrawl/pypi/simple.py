@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cached_property
 from typing import Any
 from urllib.parse import urljoin
 
@@ -16,6 +18,7 @@ from stagecrawl.errors import UnreadableAnswer
 from stagecrawl.jsoncodec import loads
 from stagecrawl.pypi.names import normalize
 from stagecrawl.pypi.versions import parse
+from stagecrawl.sca.ecosystem import parse_time
 
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 ARCHIVE_SUFFIXES = (".whl", ".tar.gz", ".zip", ".tar.bz2", ".tgz", ".tar.xz", ".tar", ".egg")
@@ -24,6 +27,8 @@ INSTALLER_SUFFIXES = (".exe", ".msi", ".rpm", ".dmg")
 _SUFFIXES = ARCHIVE_SUFFIXES + INSTALLER_SUFFIXES
 # a file's fields that VERSION's FILES column keeps, with its hashes
 _ROW_KEYS = ("filename", "size", "upload_time", "requires_python", "yanked", "yanked_reason")
+# PEP 700's upload-time: UTC, its seconds in the first 19 characters
+_UTC_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", re.ASCII)
 _PLATFORM_TAIL = re.compile(r"\.(win32|win-amd64|macosx-[^-]+|linux-[^-]+)(-py\d+(\.\d+)?)?$")
 
 
@@ -61,15 +66,28 @@ class SimpleRelease:
     version: str
     files: tuple[DistFile, ...]
 
-    @property
+    # computed once: the listing, the PRODUCT row and the VERSION row each ask
+    @cached_property
     def yanked(self) -> bool:
         """PEP 592: yanked when every one of its files is (a version with no files is not)."""
         return bool(self.files) and all(f.yanked for f in self.files)
 
-    @property
+    @cached_property
     def yanked_reason(self) -> str | None:
         reasons = [f.yanked_reason for f in self.files if f.yanked_reason]
         return reasons[0] if self.yanked and reasons else None
+
+    @property
+    def first_upload(self) -> datetime | None:
+        """When its first file was uploaded, in whole seconds of UTC (RELEASE_DATE). Times in
+        PEP 700's form (`2024-01-01T00:00:00.000000Z`) compare by their seconds as text: one
+        is parsed, not each (a release of forty wheels has forty)."""
+        times = [f.upload_time for f in self.files if f.upload_time]
+        if len(times) > 1 and all(_UTC_TIME.fullmatch(t) for t in times):
+            first = parse_time(min(t[:19] for t in times))
+            if first is not None:  # else a time that is no date: each is parsed
+                return first
+        return min(filter(None, map(parse_time, times)), default=None)
 
     @property
     def requires_python(self) -> str | None:
