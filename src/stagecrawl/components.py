@@ -91,6 +91,7 @@ def loop_settings(s: Settings, concurrency: int | None = None) -> LoopSettings:
     return LoopSettings(
         concurrency=s.concurrency if concurrency is None else concurrency,
         commit_batch=s.commit_batch,
+        commit_bytes=s.commit_bytes,
         commit_linger=s.commit_linger,
         grace_period=s.grace_period,
     )
@@ -125,6 +126,7 @@ def effective(fetcher: Fetcher, loops: Mapping[str, LoopSettings]) -> dict[str, 
             name: {
                 "concurrency": loop.concurrency,
                 "commit_batch": loop.commit_batch,
+                "commit_bytes": loop.commit_bytes,
                 "commit_linger": loop.commit_linger,
                 "grace_period": loop.grace_period,
             }

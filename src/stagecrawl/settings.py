@@ -178,6 +178,14 @@ class Settings:
         minimum=1,
         maximum=10_000,
     )
+    commit_bytes: int = _s(
+        4_000_000,
+        "collect: text of the collected rows waiting for their commit, in bytes at most (a"
+        " slow database holds claiming back before memory grows)",
+        flag=None,
+        minimum=64_000,
+        maximum=1_000_000_000,
+    )
     commit_linger: float = _s(
         0.05,
         "seconds a partial batch may wait for more results before it is written (never"

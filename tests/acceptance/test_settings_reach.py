@@ -156,6 +156,7 @@ def run_json(*args: str, env: dict[str, str] | None = None, code: int = 0) -> di
 
 ENGINE_ENV = {  # the knobs without a flag: environment only
     "STAGECRAWL_COMMIT_BATCH": "5",
+    "STAGECRAWL_COMMIT_BYTES": "123456",
     "STAGECRAWL_COMMIT_LINGER": "0.25",
     "STAGECRAWL_TIMEOUT": "9",
     "STAGECRAWL_DEADLINE": "33",
@@ -202,7 +203,8 @@ def test_crawl_and_collect_flags_reach_their_parts(
         "max_body_bytes": 2 * 2**20, "user_agent": None,
     }  # fmt: skip
     assert used["loops"]["collect"] == {
-        "concurrency": 2, "commit_batch": 5, "commit_linger": 0.25, "grace_period": 7.0
+        "concurrency": 2, "commit_batch": 5, "commit_bytes": 123456, "commit_linger": 0.25,
+        "grace_period": 7.0,
     }  # fmt: skip
     assert used["lease_seconds"] == 1234.0
 

@@ -56,6 +56,45 @@ async def test_every_unit_is_completed_once_in_group_commits() -> None:
     assert max(len(b) for b in queue.batches) <= 32
 
 
+class SlowDatabase(RecordingQueue):
+    """A commit that takes long (a database grown large): what waits for it is watched."""
+
+    def __init__(self, n: int, loop: list[WorkLoop[int, int]]) -> None:
+        super().__init__(n)
+        self.loop = loop
+        self.most_waiting = 0  # weight of the results waiting for a commit, at its highest
+
+    async def complete(self, results: Sequence[int]) -> None:
+        waiting = sum(10_000 for _ in self.loop[0]._results) + 10_000 * len(results)
+        self.most_waiting = max(self.most_waiting, waiting)
+        await asyncio.sleep(0.05)
+        self.batches.append(list(results))
+
+
+async def test_results_waiting_for_a_slow_commit_are_bounded_by_their_weight() -> None:
+    """Heavy results (10 kB each here, a Go module's rows in life) do not pile up to two
+    batches' count while commits are slow: past `commit_bytes` nothing more is claimed and
+    what waits is committed at once; only what the workers held then still joins."""
+    loop: list[WorkLoop[int, int]] = []
+    queue = SlowDatabase(300, loop)
+
+    async def process(unit: int) -> int:
+        await asyncio.sleep(0.001)
+        return unit
+
+    settings = LoopSettings(concurrency=4, commit_batch=64, commit_bytes=50_000)
+    loop.append(WorkLoop(queue, process, settings, weigh=lambda _result: 10_000))
+    stats = await loop[0].run()
+    assert sorted(u for batch in queue.batches for u in batch) == list(range(300))
+    assert stats.completed == 300
+    # the bound (5 results) and what the workers and their read-ahead held (4 + 4)
+    assert queue.most_waiting <= 10_000 * (5 + 8)
+    unweighed = SlowDatabase(300, loop)
+    loop[0] = WorkLoop(unweighed, process, settings)
+    await loop[0].run()
+    assert unweighed.most_waiting > 10_000 * 13  # by count alone, they pile up
+
+
 class GrowingQueue(RecordingQueue):
     """A crawl's frontier in miniature: completing unit u makes u + 10 claimable (its child,
     found by processing u), up to `last`; nothing else is known until a commit."""

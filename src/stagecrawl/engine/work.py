@@ -80,6 +80,8 @@ class LoopSettings:
     concurrency: int = DEFAULTS.concurrency
     claim_ahead: int = 0  # units held ready beyond the workers; 0 = the concurrency
     commit_batch: int = DEFAULTS.commit_batch  # results per `complete` call at most
+    # the weight (`WorkLoop`'s `weigh`) of the results waiting for a commit at most
+    commit_bytes: int = DEFAULTS.commit_bytes
     commit_linger: float = DEFAULTS.commit_linger  # seconds a partial batch may wait
     grace_period: float = DEFAULTS.grace_period  # on-the-wire exchanges may finish after a stop
     poll_interval: float = 1.0  # seconds between claims when work is held elsewhere
@@ -150,19 +152,27 @@ class WorkLoop(Generic[U, R]):
         stop: GracefulStop | None = None,
         on_commit: Callable[[LoopStats], None] | None = None,
         may_claim: Callable[[], bool] | None = None,
+        weigh: Callable[[R], int] | None = None,
     ) -> None:
         """`may_claim` is backpressure from whoever consumes what this loop produces (a
         seeder's events, collected alongside): while it says no, nothing more is claimed;
-        `wake()` when it may say yes again (it is asked at the next poll otherwise)."""
+        `wake()` when it may say yes again (it is asked at the next poll otherwise).
+        `weigh` says what a result holds in memory (its rows' text): while the results
+        waiting for a commit weigh `commit_bytes`, they are committed at once and nothing
+        more is claimed, so a slow database costs time, not memory (count alone let heavy
+        units, a Go module's go.mods, pile up as commits slowed with the database's size)."""
         self.queue = queue
         self.process = process
         self.settings = settings or LoopSettings()
         self.stop = stop or GracefulStop()
         self.on_commit = on_commit
         self.may_claim = may_claim
+        self.weigh = weigh
         self.stats = LoopStats()
         self._todo: asyncio.Queue[U | None] = asyncio.Queue()
         self._results: deque[R] = deque()
+        self._weights: deque[int] = deque()  # each waiting result's, in the same order
+        self._waiting_weight = 0  # of the results waiting for (or in) a commit
         # A result was added (one the lingering committer must see), or the workers are done.
         self._arrived = asyncio.Event()
         self._lingering = False  # the committer holds a partial batch open for company
@@ -259,6 +269,8 @@ class WorkLoop(Generic[U, R]):
         most = capacity + 2 * settings.commit_batch
         while not self.stop.requested and not self._committer_task.done() and self._failure is None:
             room = min(capacity - (self._outstanding - self._uncommitted), most - self._outstanding)
+            if self._heavy():
+                room = 0  # the waiting results hold their weight: a commit makes room
             # Claim in batches: once the ready units are used up (room for `ahead` more),
             # or for whatever room there is when the queue ran short last time.
             wanted = ahead if not self._drained else 1
@@ -355,11 +367,15 @@ class WorkLoop(Generic[U, R]):
                     self._room.set()
                 return
             self._in_worker.pop(number, None)
+            weight = self.weigh(result) if self.weigh is not None else 0
             self._results.append(result)
+            self._weights.append(weight)
+            self._waiting_weight += weight
             self._uncommitted += 1
             if (
                 not self._lingering
                 or len(self._results) >= self.settings.commit_batch
+                or self._heavy()
                 or self._no_company()
             ):
                 self._arrived.set()
@@ -386,7 +402,12 @@ class WorkLoop(Generic[U, R]):
                 self._arrived.clear()
                 await self._arrived.wait()
                 continue
-            if linger > 0 and len(self._results) < size and not self._no_company():
+            if (
+                linger > 0
+                and len(self._results) < size
+                and not self._heavy()
+                and not self._no_company()
+            ):
                 self._arrived.clear()
                 self._lingering = True
                 try:
@@ -395,9 +416,14 @@ class WorkLoop(Generic[U, R]):
                             await self._arrived.wait()
                 finally:
                     self._lingering = False
-            results = self._results
-            batch = [results.popleft() for _ in range(min(size, len(results)))]
-            await self._commit(batch)
+            results, weights = self._results, self._weights
+            taken = min(size, len(results))
+            batch = [results.popleft() for _ in range(taken)]
+            await self._commit(batch, sum(weights.popleft() for _ in range(taken)))
+
+    def _heavy(self) -> bool:
+        """The results waiting for a commit weigh what they may at most."""
+        return self._waiting_weight >= self.settings.commit_bytes
 
     def _no_company(self) -> bool:
         """A lingering batch would wait for nothing: no claimed unit is waiting for a worker
@@ -407,8 +433,9 @@ class WorkLoop(Generic[U, R]):
             return True
         return self._grows and self._drained and self._todo.empty()
 
-    async def _commit(self, batch: list[R]) -> None:
+    async def _commit(self, batch: list[R], weight: int) -> None:
         await self.queue.complete(batch)
+        self._waiting_weight -= weight  # held until written: the memory is theirs till then
         self._outstanding -= len(batch)
         self._uncommitted -= len(batch)
         self.stats.completed += len(batch)

@@ -50,7 +50,7 @@ from stagecrawl.sca.ai import AiLicenseClient
 from stagecrawl.sca.matcher import LicenseMatcher
 from stagecrawl.secrets import redact
 from stagecrawl.settings import DEFAULTS, Settings
-from stagecrawl.storage.bounds import row_problem
+from stagecrawl.storage.bounds import row_problem, weight
 from stagecrawl.storage.db import Database
 
 log = logging.getLogger("stagecrawl.collect")
@@ -86,6 +86,7 @@ class CollectSettings:
     grace_period: float = DEFAULTS.grace_period
     heartbeat_interval: float = DEFAULTS.heartbeat_seconds
     commit_batch: int = DEFAULTS.commit_batch  # units per transaction at most (group commit)
+    commit_bytes: int = DEFAULTS.commit_bytes  # their rows' text waiting for it at most
     commit_linger: float = DEFAULTS.commit_linger  # seconds a partial batch may wait
     poll_interval: float = 1.0
 
@@ -106,6 +107,7 @@ class CollectSettings:
             grace_period=s.grace_period,
             heartbeat_interval=s.heartbeat_seconds,
             commit_batch=s.commit_batch,
+            commit_bytes=s.commit_bytes,
             commit_linger=s.commit_linger,
         )
 
@@ -164,6 +166,7 @@ class UnitResult:
     group: list[Claimed]
     outcomes: list[Outcome]
     collected: Collected | None = None
+    weight: int = 0  # what its rows hold in memory till committed (`storage.bounds.weight`)
 
 
 class CollectHandler(Handler[UnitResult]):
@@ -300,12 +303,14 @@ class Collector:
                 concurrency=s.concurrency,
                 claim_ahead=s.claim_ahead,
                 commit_batch=s.commit_batch,
+                commit_bytes=s.commit_bytes,
                 commit_linger=s.commit_linger,
                 grace_period=s.grace_period,
                 poll_interval=s.poll_interval,
             ),
             self.stop,
             self._committed,
+            weigh=lambda result: result.weight,
         )
         self.total = 0
 
@@ -441,7 +446,8 @@ class Collector:
             return UnitResult(group, outcomes + self._failures(todo, reason, failed.cause))
         except (FetchError, UnreadableAnswer) as exc:  # expected: on the ladder with its reason
             return UnitResult(group, outcomes + self._failures(todo, explain_failure(exc), exc))
-        if too_long := row_problem(self.registry.row_sets(self.db, collected.rows)):
+        row_sets = self.registry.row_sets(self.db, collected.rows)
+        if too_long := row_problem(row_sets):
             # Before the batch: on PostgreSQL or strict MySQL it would abort every unit of
             # the batch, and of every rerun; here it fails this unit alone, with why.
             unfit = UnreadableAnswer(too_long)
@@ -460,7 +466,7 @@ class Collector:
             self.summary.problems[name] = collected.problems
         if unreadable:
             outcomes += self._unreadable(collected, unreadable)
-        return UnitResult(group, outcomes, collected)
+        return UnitResult(group, outcomes, collected, weight(row_sets))
 
     def _unreadable(self, collected: Collected, events: list[Claimed]) -> list[Outcome]:
         """Events whose version may be on an unreadable part of the source: not found is not
