@@ -1,4 +1,4 @@
-"""Core metadata's header fields read by stagecrawl.pypi.metadata.header_fields against the
+"""Core metadata's header fields read by stagecrawl.emailheaders.header_fields against the
 stdlib email parser (compat32, headers only: what stagecrawl used before), in the same run.
 
     python bench/metadata_headers.py [--rounds 7]
@@ -23,7 +23,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from stagecrawl.pypi.metadata import header_fields
+from stagecrawl.emailheaders import header_fields
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "pypi"
 README = "\n\n" + "A line of a README, with *markdown* and `code` in it, as most are.\n" * 300

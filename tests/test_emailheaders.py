@@ -11,7 +11,8 @@ import random
 
 import pytest
 
-from stagecrawl.pypi.metadata import header_fields, parse_core_metadata
+from stagecrawl.emailheaders import header_fields
+from stagecrawl.pypi.metadata import parse_core_metadata
 from tests.services import shared_fixture
 
 
