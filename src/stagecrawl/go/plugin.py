@@ -169,6 +169,7 @@ class Go(Registry[GoClient]):
     decl, ecosystem, schema, order = DECLARATION, GO, tables.SCHEMA, tables.GO_ORDER
     language, repository = tables.LANGUAGE, tables.REPOSITORY
     lanes_shown = (PROXY, INDEX, ZIP)
+    etag_column = "LIST_ETAG"  # the version list's (@v/list)
     # the run's settings that decide what is read (`configure`)
     private: list[str] = []  # noqa: RUF012 -- a run's, set by `configure`
     zips, zip_max, since = False, 0, ""
@@ -271,10 +272,6 @@ class Go(Registry[GoClient]):
             GO_MOD_SYNTHETIC=text == f"module {modfile.auto_quote(name)}\n",
         )  # fmt: skip
 
-    def refresh_targets(self, db: Database, names: Sequence[str]) -> list[RefreshTarget]:
-        etags: dict[str, Any] = db.read(lambda c: self.products(db).column(c, "LIST_ETAG"))
-        return [RefreshTarget(n, n, (etags.get(n), ())) for n in names or sorted(etags)]
-
     async def refresh_plan(
         self, client: GoClient, db: Database, names: Sequence[str]
     ) -> RefreshPlan:
@@ -297,13 +294,13 @@ class Go(Registry[GoClient]):
             known = await asyncio.to_thread(db.read, self.products(db).keys)
             ours = {p for p in seen if scope == "all" or p in known} & set(names or seen)
             public = sorted(p for p in ours if not match_private(self.private, p))
-            targets = [RefreshTarget(p, p, (None, tuple(seen[p]))) for p in public]
+            targets = [RefreshTarget(p, p, fed=tuple(seen[p])) for p in public]
         note = f"{len(targets)} of {len(seen)} modules in the feed since {since} ({scope})"
         save = lambda c: go_tables.save_cursor(c, client.index, last, scope)  # noqa: E731
         return RefreshPlan(targets, save, note if since else "no feed cursor yet: all asked", pages)
 
     async def refresh_one(self, client: GoClient, target: RefreshTarget) -> Listing | None:
-        etag, fed = target.stored  # the feed's versions, or the stored list's ETag
+        fed, etag = target.fed, target.stored  # the feed's versions, or the list's ETag
         module = await self._resolve(client, target.name, fed, None if fed else etag)
         return None if module is None else module.listing()  # its answers kept for collect
 

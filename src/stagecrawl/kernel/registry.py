@@ -126,6 +126,7 @@ class RefreshTarget:
     name: str
     key: str
     stored: Any = None
+    fed: tuple[str, ...] = ()  # the versions a change feed named for it (Go's index)
 
 
 @dataclass
@@ -202,6 +203,10 @@ class Registry(ABC, Generic[C]):
     # Why the registry's origin asks a crawler for a contact in its User-Agent (its crawler
     # policy, in words); None: it does not
     contact_policy: str | None = None
+    # The PRODUCT column that keeps the ETag of the listing a refresh asks again with a
+    # conditional GET (PyPI's Simple page, Go's version list); None: the registry keeps its
+    # own refresh state and says its own `refresh_targets` (crates' index state table)
+    etag_column: str | None = None
 
     # -- identity ---------------------------------------------------------------------------
 
@@ -369,9 +374,15 @@ class Registry(ABC, Generic[C]):
 
     # -- refresh ----------------------------------------------------------------------------
 
-    @abstractmethod
     def refresh_targets(self, db: Database, names: Sequence[str]) -> list[RefreshTarget]:
-        """The stored packages a refresh asks about (all, or those of `names`)."""
+        """The stored packages a refresh asks about (all, or those of `names`), each with the
+        ETag its PRODUCT row keeps (`etag_column`)."""
+        if self.etag_column is None:
+            raise NotImplementedError(f"{self.code}: no etag_column, no refresh_targets")
+        column = self.etag_column
+        etags: dict[str, Any] = db.read(lambda conn: self.products(db).column(conn, column))
+        wanted = [self.product_key(name) for name in names] if names else sorted(etags)
+        return [RefreshTarget(key, key, etags.get(key)) for key in wanted]
 
     async def refresh_plan(self, client: C, db: Database, names: Sequence[str]) -> RefreshPlan:
         """Which stored packages to ask again: by default every one (a registry without a

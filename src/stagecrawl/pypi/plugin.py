@@ -91,6 +91,7 @@ class Pypi(Registry[PyPIClient]):
     contact_policy = (
         "PyPI refuses generic clients and asks crawlers to say how to reach their operator"
     )
+    etag_column = "ETAG"  # the Simple page's
 
     # -- identity ---------------------------------------------------------------------------
 
@@ -198,12 +199,6 @@ class Pypi(Registry[PyPIClient]):
         return self.product_row(project.display_name, pairs, now, **product_columns(project))
 
     # -- refresh: conditional GETs of the Simple pages ------------------------------------
-
-    def refresh_targets(self, db: Database, names: Sequence[str]) -> list[RefreshTarget]:
-        with db.reading() as conn:
-            etags: dict[str, Any] = self.products(db).column(conn, "ETAG")
-        wanted = [normalize(n) for n in names] if names else sorted(etags)
-        return [RefreshTarget(name, name, etags.get(name)) for name in wanted]
 
     async def refresh_plan(
         self, client: PyPIClient, db: Database, names: Sequence[str]
