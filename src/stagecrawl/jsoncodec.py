@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["canonical", "loads"]
+__all__ = ["canonical", "loads", "text", "texts"]
 
 # json's form of the JSON columns, for what orjson cannot write
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -43,3 +43,16 @@ def canonical(value: Any) -> str:
         return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
     except TypeError:
         return _ENCODER.encode(value)
+
+
+def text(value: Any, strip: bool = False) -> str | None:
+    """An answer's optional text field: the string when it holds more than blanks (`strip`:
+    without them), else None (missing, null, "", a number where text belongs)."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    return value.strip() if strip else value
+
+
+def texts(value: Any) -> tuple[str, ...] | None:
+    """An answer's optional list of strings: the strings in it; None when it is no list."""
+    return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else None

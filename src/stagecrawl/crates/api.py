@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from stagecrawl.jsoncodec import text
 from stagecrawl.sca.ecosystem import parse_time
 
 
@@ -27,11 +28,6 @@ class ApiCrate:
     keywords: list[str]
     categories: list[str]
     versions: dict[str, ApiVersion] = field(default_factory=dict)
-
-
-def _str_or_none(value: Any) -> str | None:
-    # Some captured responses carry `{}` where the API sends null.
-    return value if isinstance(value, str) and value.strip() else None
 
 
 def parse_api_crate(document: Any) -> ApiCrate:
@@ -61,17 +57,17 @@ def _parse_api_crate(document: dict[str, Any]) -> ApiCrate:
             continue
         downloads = version.get("downloads")
         versions[version["num"]] = ApiVersion(
-            license=_str_or_none(version.get("license")),
+            license=text(version.get("license")),
             created_at=parse_time(version.get("created_at")),
             downloads=downloads if isinstance(downloads, int) else None,
         )
     total = crate.get("downloads")
     return ApiCrate(
         name=str(crate.get("name") or crate.get("id")),
-        description=_str_or_none(crate.get("description")),
-        repository=_str_or_none(crate.get("repository")),
-        homepage=_str_or_none(crate.get("homepage")),
-        documentation=_str_or_none(crate.get("documentation")),
+        description=text(crate.get("description")),
+        repository=text(crate.get("repository")),
+        homepage=text(crate.get("homepage")),
+        documentation=text(crate.get("documentation")),
         downloads=total if isinstance(total, int) else None,
         keywords=sorted(set(k for k in keywords if k)),
         categories=sorted(set(c for c in categories if c)),

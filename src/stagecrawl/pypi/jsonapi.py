@@ -6,9 +6,8 @@ unknown, not none."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from stagecrawl.jsoncodec import loads
+from stagecrawl.jsoncodec import loads, text, texts
 from stagecrawl.pypi.metadata import Declared
 from stagecrawl.pypi.simple import SimpleFormatError
 
@@ -16,16 +15,6 @@ from stagecrawl.pypi.simple import SimpleFormatError
 @dataclass(frozen=True)
 class ApiRelease(Declared):
     display_name: str
-
-
-def _text(value: Any) -> str | None:
-    return value.strip() if isinstance(value, str) and value.strip() else None
-
-
-def _strings(value: Any) -> tuple[str, ...] | None:
-    if not isinstance(value, list):
-        return None
-    return tuple(str(v) for v in value if isinstance(v, str))
 
 
 def parse_json_api(content: bytes) -> ApiRelease:
@@ -43,15 +32,15 @@ def parse_json_api(content: bytes) -> ApiRelease:
     urls = info.get("project_urls")
     return ApiRelease(
         display_name=info["name"],
-        summary=_text(info.get("summary")),
-        license=_text(info.get("license")),
-        license_expression=_text(info.get("license_expression")),
-        classifiers=_strings(info.get("classifiers")) or (),
-        requires_dist=_strings(info.get("requires_dist")),
-        requires_python=_text(info.get("requires_python")),
-        provides_extra=_strings(info.get("provides_extra")),
+        summary=text(info.get("summary"), strip=True),
+        license=text(info.get("license"), strip=True),
+        license_expression=text(info.get("license_expression"), strip=True),
+        classifiers=texts(info.get("classifiers")) or (),
+        requires_dist=texts(info.get("requires_dist")),
+        requires_python=text(info.get("requires_python"), strip=True),
+        provides_extra=texts(info.get("provides_extra")),
         project_urls={str(k): str(v) for k, v in urls.items() if isinstance(v, str)}
         if isinstance(urls, dict)
         else {},
-        home_page=_text(info.get("home_page")),
+        home_page=text(info.get("home_page"), strip=True),
     )

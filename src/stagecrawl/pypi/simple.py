@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import urljoin
 
 from stagecrawl.errors import UnreadableAnswer
-from stagecrawl.jsoncodec import loads
+from stagecrawl.jsoncodec import loads, text
 from stagecrawl.pypi.names import normalize
 from stagecrawl.pypi.versions import parse
 from stagecrawl.sca.ecosystem import parse_time
@@ -136,10 +136,6 @@ def version_of(project: str, filename: str) -> str | None:
     return version or None
 
 
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) and value.strip() else None
-
-
 def _absolute(page_url: str, url: str) -> str:
     """PEP 691 allows relative URLs; PyPI's are absolute, and urljoin was a tenth of a page."""
     if url.startswith(("https://", "http://")) and not any(c in url for c in "?#;"):
@@ -161,9 +157,9 @@ def _file(entry: Any, page_url: str, project: str) -> DistFile:
         url=_absolute(page_url, entry["url"]),
         version=version_of(project, entry["filename"]),
         hashes={str(k): str(v) for k, v in hashes.items()} if isinstance(hashes, dict) else {},
-        requires_python=_text(entry.get("requires-python")),
+        requires_python=text(entry.get("requires-python")),
         size=size if isinstance(size, int) else None,
-        upload_time=_text(entry.get("upload-time")),
+        upload_time=text(entry.get("upload-time")),
         yanked=bool(yanked),
         yanked_reason=yanked if isinstance(yanked, str) and yanked else None,
         core_metadata=bool(meta),
