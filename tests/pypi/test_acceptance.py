@@ -142,10 +142,10 @@ def test_invalid_versions_are_kept_and_reported(origin: PyPIOrigin, tmp_path: Pa
     assert count(db, "SELECT COUNT(*) FROM TB_COMP_LIB_VERSION_PYPI WHERE VERSION_VALID = 0") == 1
     latest = (
         sqlite3.connect(db)
-        .execute("SELECT LATEST_VERSION FROM TB_COMP_LIB_PRODUCT_PYPI")
+        .execute("SELECT LATEST_VERSION, INVALID_VERSIONS FROM TB_COMP_LIB_PRODUCT_PYPI")
         .fetchone()
     )
-    assert latest == ("1.0.1",)
+    assert latest == ("1.0.1", '["unknown"]')
     shown = stagecrawl("status", "--db", f"sqlite:///{db}", "--format", "json")
     assert shown.returncode == 0, shown.stderr
     pypi = json.loads(shown.stdout)["pypi"]

@@ -19,7 +19,7 @@ from stagecrawl.pypi.client import MetadataMismatch, PyPIClient, SimplePage
 from stagecrawl.pypi.jsonapi import ApiRelease
 from stagecrawl.pypi.metadata import Declared
 from stagecrawl.pypi.simple import SimpleRelease
-from stagecrawl.pypi.versions import is_valid, version_key
+from stagecrawl.pypi.versions import version_key
 from stagecrawl.storage.db import dumps
 
 PROJECT_PAGE = "https://pypi.org/project/"
@@ -45,15 +45,9 @@ class CollectedProject:
     versions: list[VersionFacts] = field(default_factory=list)
 
     @property
-    def invalid_versions(self) -> list[str]:
-        return [v.release.version for v in self.versions if not is_valid(v.release.version)]
-
-    @property
     def problems(self) -> list[str]:
         found = list(self.page.project.problems)
-        found += [f"{v.release.version}: {v.problem}" for v in self.versions if v.problem]
-        found += [f"{v}: not a PEP 440 version (kept)" for v in self.invalid_versions]
-        return found
+        return found + [f"{v.release.version}: {v.problem}" for v in self.versions if v.problem]
 
 
 async def collect_project(
@@ -110,7 +104,7 @@ async def _api_facts(client: PyPIClient, display: str, facts: VersionFacts) -> N
 
 def product_columns(project: CollectedProject) -> dict[str, Any]:
     """A project's own PRODUCT columns (`Registry.product_row` makes the row)."""
-    api = project.project_api
+    api, invalid = project.project_api, project.page.project.invalid_versions
     scm = {"home_page": api.home_page, "project_urls": api.project_urls} if api else None
     return {
         "DESCRIPTION": api.summary if api else None,
@@ -120,5 +114,5 @@ def product_columns(project: CollectedProject) -> dict[str, Any]:
         "PROJECT_STATUS": project.page.project.status,
         "LAST_SERIAL": project.page.last_serial,
         "ETAG": project.page.validators.etag,
-        "INVALID_VERSIONS": dumps(project.invalid_versions) if project.invalid_versions else None,
+        "INVALID_VERSIONS": dumps(list(invalid)) if invalid else None,
     }

@@ -262,15 +262,8 @@ class Pypi(Registry[PyPIClient]):
 
 def _listing(page: SimplePage) -> Listing:
     releases = page.project.releases
-    invalid = [
-        f"{r.version}: not a PEP 440 version (kept)" for r in releases if not is_valid(r.version)
-    ]
-    return Listing(
-        page.project.name,
-        {r.version: r.yanked for r in releases},
-        list(page.project.problems) + invalid,
-        page,
-    )
+    return Listing(page.project.name, {r.version: r.yanked for r in releases},
+                   list(page.project.problems), page)  # fmt: skip
 
 
 REGISTRY = Pypi()

@@ -21,14 +21,15 @@ from stagecrawl.pypi.versions import parse
 from stagecrawl.sca.ecosystem import parse_time
 
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
-ARCHIVE_SUFFIXES = (".whl", ".tar.gz", ".zip", ".tar.bz2", ".tgz", ".tar.xz", ".tar", ".egg")
-# the old platform installers (bdist_wininst, bdist_msi, bdist_rpm, dmg): a platform tail
-INSTALLER_SUFFIXES = (".exe", ".msi", ".rpm", ".dmg")
-_SUFFIXES = ARCHIVE_SUFFIXES + INSTALLER_SUFFIXES
+# archives, and the old platform installers (bdist_wininst, bdist_msi, bdist_rpm, dmg)
+_SUFFIXES = (".whl", ".egg", ".tar.gz", ".zip", ".tar.bz2", ".tgz", ".tar.xz", ".tar", ".exe",
+             ".msi", ".rpm", ".dmg")  # fmt: skip
 # a file's fields that VERSION's FILES column keeps, with its hashes
 _ROW_KEYS = ("filename", "size", "upload_time", "requires_python", "yanked", "yanked_reason")
 # PEP 700's upload-time: UTC, its seconds in the first 19 characters
 _UTC_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", re.ASCII)
+# a built distribution's platform (bdist_dumb's `name-1.0.linux-x86_64.tar.gz`, the installers'
+# `name-1.0.win32-py2.7.exe`): no part of the version (PyPI lists `1.0`)
 _PLATFORM_TAIL = re.compile(r"\.(win32|win-amd64|macosx-[^-]+|linux-[^-]+)(-py\d+(\.\d+)?)?$")
 
 
@@ -107,10 +108,8 @@ class SimpleProject:
     last_serial: int | None
     status: str | None  # PEP 792 project-status
     releases: tuple[SimpleRelease, ...]
-    problems: tuple[str, ...] = field(default=())
-
-    def release(self, version: str) -> SimpleRelease | None:
-        return next((r for r in self.releases if r.version == version), None)
+    problems: tuple[str, ...] = field(default=())  # files without a version, invalid versions
+    invalid_versions: tuple[str, ...] = field(default=())  # not PEP 440: kept, reported
 
 
 def version_of(project: str, filename: str) -> str | None:
@@ -130,10 +129,7 @@ def version_of(project: str, filename: str) -> str | None:
     end = next((i for i in dashes if normalize(stem[:i]) == key), None)
     if end is None:
         return None
-    version = stem[end + 1 :]
-    if suffix in INSTALLER_SUFFIXES:
-        version = _PLATFORM_TAIL.sub("", version)
-    return version or None
+    return _PLATFORM_TAIL.sub("", stem[end + 1 :]) or None
 
 
 def _absolute(page_url: str, url: str) -> str:
@@ -206,6 +202,8 @@ def parse_simple_page(content: bytes, page_url: str, project: str) -> SimpleProj
     for f in files:
         if f.version is not None:
             by_version[spelled[parse(f.version) or f.version]].append(f)
+    invalid = tuple(v for v in by_version if parse(v) is None)
+    problems += [f"{v}: not a PEP 440 version (kept)" for v in invalid]
     status = document.get("project-status")
     serial = meta.get("_last-serial")
     return SimpleProject(
@@ -214,4 +212,5 @@ def parse_simple_page(content: bytes, page_url: str, project: str) -> SimpleProj
         status=str(status.get("status")) if isinstance(status, dict) else None,
         releases=tuple(SimpleRelease(v, tuple(fs)) for v, fs in by_version.items()),
         problems=tuple(problems),
+        invalid_versions=invalid,
     )

@@ -112,7 +112,9 @@ def version_from_filename(project: str, filename: str) -> str | None:
         return parts[1] if len(parts) >= 5 else None
     prefix_len = len(project)
     if normalize(stem[:prefix_len]) == project and stem[prefix_len : prefix_len + 1] == "-":
-        return stem[prefix_len + 1 :]
+        # a built distribution's platform is no part of its version (PyPI lists `0.9.6` for
+        # bdist_dumb's hbmqtt-0.9.6.linux-x86_64.tar.gz)
+        return re.sub(r"\.(linux-|win32|win-amd64|macosx-).*$", "", stem[prefix_len + 1 :])
     return None
 
 
