@@ -80,12 +80,16 @@ def parse_lock(
     return parse_pylock(document, where)
 
 
-def _pin(name: Any, version: Any, where: str, line: int | None = None) -> Pin:
+def _name(name: Any, where: str) -> str:
     if not isinstance(name, str) or name_problem(name, bounded=False):
         raise InputError(f"{where}: a package has no valid name ({name!r})")
+    return normalize(name)
+
+
+def _pin(name: Any, version: Any, where: str, line: int | None = None) -> Pin:
     if not isinstance(version, str) or not version.strip():
-        raise InputError(f"{where}: package {name} has no version")
-    return Pin(normalize(name), version.strip(), where, line)
+        raise InputError(f"{where}: package {_name(name, where)} has no version")
+    return Pin(_name(name, where), version.strip(), where, line)
 
 
 # -- requirements files, as pip reads them -------------------------------------------------
@@ -329,19 +333,13 @@ def _foreign(
 ) -> Unaudited:
     """A locked package that does not come from a package index, named with its version
     (werkzeug 0.15.0 from git) and where it comes from."""
-    name = entry.get("name")
-    if not isinstance(name, str) or name_problem(name, bounded=False):
-        raise InputError(f"{where}: a package has no valid name ({name!r})")
-    version = entry.get("version")
     from_ = f"{kind} {location}" if isinstance(location, str) and location else kind
     if isinstance(commit, str) and commit:
         from_ += f" @ {commit}"
-    return Unaudited(
-        normalize(name),
-        version if isinstance(version, str) and version.strip() else None,
-        where,
-        f"from {from_}: {NOT_FROM_INDEX}",
-    )
+    version = entry.get("version")
+    version = version if isinstance(version, str) and version.strip() else None
+    why = f"from {from_}: {NOT_FROM_INDEX}"
+    return Unaudited(_name(entry.get("name"), where), version, where, why)
 
 
 def parse_poetry(document: dict[str, Any], where: str) -> LockInput:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -88,6 +88,8 @@ class Pypi(Registry[PyPIClient]):
     schema = tables.SCHEMA
     lanes_shown = (INDEX, API, FILES)
     version_matcher = staticmethod(pep440_matcher)
+    product_key = staticmethod(normalize)  # PEP 503
+    version_key = staticmethod(version_key)  # PEP 440 equality: 3.13 == 3.13.0
     contact_policy = (
         "PyPI refuses generic clients and asks crawlers to say how to reach their operator"
     )
@@ -100,12 +102,6 @@ class Pypi(Registry[PyPIClient]):
         if problem:
             raise InputError(problem)
         return name
-
-    def product_key(self, name: str) -> str:
-        return normalize(name)
-
-    def version_key(self, version: str) -> Hashable:
-        return version_key(version)
 
     def check_version(self, name: str, version: str) -> str:
         super().check_version(name, version)

@@ -22,10 +22,10 @@ def is_valid(text: str) -> bool:
     return parse(text) is not None
 
 
-def version_key(text: str) -> Version | str:
+def version_key(version: str) -> Version | str:
     """What two spellings of one version share (PEP 440 equality: 3.13 == 3.13.0); an invalid
     version is only equal to itself."""
-    return parse(text) or text
+    return parse(version) or version
 
 
 def sort_key(text: str) -> tuple[int, Version | str]:
