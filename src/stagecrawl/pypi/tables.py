@@ -55,30 +55,14 @@ def _own_words(ctx: MigrationContext) -> None:
     copied from the first registry), its indexes named after it; crates.io's RUST_VERSION
     and LINKS leave PyPI's VERSION table (always NULL there); names may be 200 characters
     (the columns held 64, validation allowed 200)."""
-    n = NAMES
-    for old in (f"IX_{n.code}_LIST_CRATE_NAME", f"IX_{n.code}_LIST_PROCESSED_CRATE"):
-        ctx.drop_index(n.list, old)
-    ctx.drop_index(n.list, f"IX_{n.code}_LIST_RESYNC_CRATE")
-    ctx.rename_column(n.list, "CRATE_NAME", n.group)
-    ctx.rename_column(n.seed, "CRATE_NAME", n.group)
-    ctx.drop_column(n.version, "RUST_VERSION")
-    ctx.drop_column(n.version, "LINKS")
-    for table, columns in (
-        (n.list, (n.group, "NAME")),
-        (n.seed, (n.group, "NAME")),
-        (n.version, ("PRODUCT_KEY", "NAME")),
-        (n.product, ("PRODUCT_KEY", "NAME")),
-        (n.vuln_raw, ("PRODUCT_KEY",)),
-        (n.vuln_v1, ("PRODUCT_KEY",)),
-        (n.vuln_hit, ("PRODUCT_KEY",)),
-    ):
-        for column in columns:
-            ctx.widen(table, column)
+    ctx.rename_group(NAMES, "CRATE_NAME")
+    ctx.drop_column(NAMES.version, "RUST_VERSION")
+    ctx.drop_column(NAMES.version, "LINKS")
+    ctx.widen_declared(NAMES, NAMES.bounds.name)
 
 
 def _long_urls(ctx: MigrationContext) -> None:
-    for table in (NAMES.version, NAMES.product):
-        ctx.widen(table, "URL")
+    ctx.widen_declared(NAMES, NAMES.bounds.url)
 
 
 SCHEMA = register(

@@ -154,6 +154,25 @@ class MigrationContext:
         else:
             self.run(f"DROP INDEX {self.q(index)}")
 
+    def rename_group(self, names: RegistryNames, old: str) -> None:
+        """The LIST's and the seed table's key column named as declared, from `old` (a LIST
+        first keyed by another registry's word: PyPI's CRATE_NAME); the LIST's indexes named
+        after `old` dropped (made again under the new name once the migrations ran)."""
+        for index in _group_indexes(names.code, old):
+            self.drop_index(names.list, index)
+        self.rename_column(names.list, old, names.group)
+        self.rename_column(names.seed, old, names.group)
+
+    def widen_declared(self, names: RegistryNames, length: int) -> None:
+        """Every column of the registry's tables declared `length` long made that wide (a
+        raised bound: `names.bounds.name`, `.url`), found in the declaration, not listed
+        again where a migration would drift from it."""
+        kept = (names.list, names.seed, names.version, names.product)
+        for table in (*kept, names.vuln_raw, names.vuln_v1, names.vuln_hit):
+            for column in self.metadata.tables[table].c:
+                if isinstance(column.type, String) and column.type.length == length:
+                    self.widen(table, column.name)
+
     def widen(self, table: str, column: str) -> None:
         """The column made as wide as it is declared now (its collation and NOT NULL kept).
         SQLite stores any length in a VARCHAR: nothing to do there."""
@@ -241,6 +260,7 @@ def registry_tables(metadata: MetaData, schema: RegistrySchema, c: Collations) -
     n = schema.names
     code, group, cs = n.code, n.group, n.case_sensitive
     name_max, version_max = n.bounds.name, n.bounds.version
+    by_group, processed, resync = _group_indexes(code, group)
 
     def ident(length: int) -> String:
         return c.ident(length, cs)
@@ -268,15 +288,15 @@ def registry_tables(metadata: MetaData, schema: RegistrySchema, c: Collations) -
         Column("NOT_BEFORE", DateTime),
         Column("TIMESTAMP", DateTime, nullable=False),
         Column("LAST_UPDATED", DateTime, nullable=False),
-        Index(f"IX_{code}_LIST_{group}", group),
+        Index(by_group, group),
         Index(f"IX_{code}_LIST_PROCESSED", "PROCESSED"),
         # The claim indexes (stagecrawl's, queue.QueueTable.indexed_claims): a claim reads
         # each pending or failing PROCESSED, and the RESYNC rows, in key order from these,
         # so its cost does not grow with the processed events. RESYNC is rare: the index
         # holds only those rows where the database has partial indexes.
-        Index(f"IX_{code}_LIST_PROCESSED_{_short(group)}", "PROCESSED", group),
+        Index(processed, "PROCESSED", group),
         Index(
-            f"IX_{code}_LIST_RESYNC_{_short(group)}",
+            resync,
             "RESYNC",
             group,
             **_partial(
@@ -353,10 +373,16 @@ def registry_tables(metadata: MetaData, schema: RegistrySchema, c: Collations) -
     return RegistryTables(n, events, version, product, seed, raw, v1, hit, own)
 
 
-def _short(group: str) -> str:
-    """The key column in an index name: `CRATE` for CRATE_NAME (the names indexes had before
-    the key column was named per registry), the column itself otherwise."""
-    return "CRATE" if group == "CRATE_NAME" else group
+def _group_indexes(code: str, group: str) -> tuple[str, str, str]:
+    """The LIST's indexes named after its key column `group` (the key alone, and the claims'
+    PROCESSED and RESYNC ones); `CRATE` stands for CRATE_NAME in the claims' (the names they
+    had before the key column was named per registry)."""
+    short = "CRATE" if group == "CRATE_NAME" else group
+    return (
+        f"IX_{code}_LIST_{group}",
+        f"IX_{code}_LIST_PROCESSED_{short}",
+        f"IX_{code}_LIST_RESYNC_{short}",
+    )
 
 
 def _vuln_tables(
