@@ -11,7 +11,7 @@ from pathlib import Path
 from stagecrawl.errors import InputError
 from stagecrawl.go import modfile
 from stagecrawl.go.versions import go_tag_semver, sort_key
-from stagecrawl.kernel.lockfiles import Namer
+from stagecrawl.kernel.lockfiles import Namer, read_file
 from stagecrawl.kernel.registry import LockInput, Pin
 from stagecrawl.sca.audit import Unaudited
 
@@ -28,13 +28,6 @@ def _parse(text: str, where: str, work: bool = False) -> modfile.ModFile:
         return modfile.parse(text, strict=True, work=work)
     except ValueError as exc:
         raise InputError(f"{where}:{exc}") from None
-
-
-def _read(path: Path, name: Namer = str) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read {name(path)}: {exc}") from None
 
 
 def _stdlib(lock: LockInput, mod: modfile.ModFile) -> None:
@@ -94,7 +87,7 @@ def read_go_mod(path: Path, text: str, name: Namer = str) -> LockInput:
     beside = path.with_name("go.sum")
     if _go_minor(mod.go) < 17 and beside.is_file():
         required = {pin.name for pin in lock.pins}
-        summed = read_go_sum(_read(beside, name), name(beside))
+        summed = read_go_sum(read_file(beside, name(beside)), name(beside))
         lock.pins += [pin for pin in summed.pins if pin.name not in required]
     return lock
 
@@ -111,7 +104,7 @@ def read_go_work(path: Path, text: str, root: Path | None = None, name: Namer = 
             why = f"use {use}: outside the tree, not read"
             lock.unaudited.append(Unaudited(use, None, name(path), why, fails=True))
             continue
-        mod = _parse(_read(gomod, name), name(gomod))
+        mod = _parse(read_file(gomod, name(gomod)), name(gomod))
         members += [mod.module] if mod.module else []
         _apply(lock, mod, work.replaces + mod.replaces, name(gomod))
     lock.pins = [pin for pin in lock.pins if pin.name not in members]
@@ -146,7 +139,7 @@ def read_lock(path: Path, text: str, root: Path | None = None, name: Namer = str
     by `name` wherever it is named."""
     if path.name == "go.sum":
         mod = path.with_name("go.mod")
-        if mod.is_file() and _go_minor(_parse(_read(mod, name), name(mod)).go) >= 17:
+        if mod.is_file() and _go_minor(_parse(read_file(mod, name(mod)), name(mod)).go) >= 17:
             why = "go >= 1.17: go.sum is no build list (it keeps versions no build uses)"
             raise InputError(f"{name(path)}: its go.mod says {why}: give go.mod")
         return read_go_sum(text, name(path))

@@ -26,6 +26,7 @@ from stagecrawl.engine.git import GitRepo, select_tags
 from stagecrawl.engine.shutdown import GracefulStop, Interrupted, Unsent
 from stagecrawl.errors import FetchError, InputError, NotFound, UnreadableAnswer
 from stagecrawl.kernel.failures import explain_failure
+from stagecrawl.kernel.lockfiles import read_file
 from stagecrawl.kernel.phases import registry_fetcher
 from stagecrawl.kernel.registry import LockInput, Registry
 from stagecrawl.queue.events import NewEvent, RegisterCounts
@@ -82,11 +83,7 @@ class ReadLock:
 
 def read_lockfile(registry: Registry[Any], path: Path) -> LockInput:
     """A lock file from disk, read by its registry (InputError: one line, nothing done)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read {path}: {exc}") from None
-    return registry.read_lock(path, text)
+    return registry.read_lock(path, read_file(path))
 
 
 async def read_lockfiles(

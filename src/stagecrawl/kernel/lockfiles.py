@@ -14,6 +14,15 @@ from typing import Any
 from stagecrawl.errors import InputError
 
 
+def read_file(path: Path, shown: str | None = None, at: str | None = None) -> str:
+    """A lock file, or a file a lock names (pip's `-r`, a go.work's `use`), as UTF-8; InputError
+    ("`at`: cannot read `shown`: why", one line) when it cannot be read."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{f'{at}: ' if at else ''}cannot read {shown or path}: {exc}") from None
+
+
 def toml_document(text: str, where: str, kind: str) -> dict[str, Any]:
     """The file's TOML document; InputError naming `where` when it is not TOML."""
     try:

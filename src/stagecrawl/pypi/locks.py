@@ -23,7 +23,13 @@ import pip_requirements_parser as pip_req
 from packaging.specifiers import SpecifierSet
 
 from stagecrawl.errors import InputError
-from stagecrawl.kernel.lockfiles import package_tables, require_format, toml_document, tree_namer
+from stagecrawl.kernel.lockfiles import (
+    package_tables,
+    read_file,
+    require_format,
+    toml_document,
+    tree_namer,
+)
 from stagecrawl.kernel.registry import LockInput, Pin
 from stagecrawl.pypi.declaration import DECLARATION
 from stagecrawl.pypi.names import name_problem, normalize
@@ -234,10 +240,7 @@ class _RequirementsReader:
         if (path, constraint) in self.read_files:
             return  # read already (two files include a third): its pins once
         self.read_files.add((path, constraint))
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InputError(f"{at}: cannot read {option} {target}: {exc}") from None
+        text = read_file(path, f"{option} {target}", at)
         if self.name is None:  # as the user would write it: beside the file that names it
             label = os.path.normpath(os.path.join(os.path.dirname(where), target))
         else:  # a tag's tree: as the tag names its files ("repo@tag sub/requirements.txt")
