@@ -5,7 +5,7 @@ followed, relative Location included) and the files host (`files`, PEP 658 core 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import replace
 
 from stagecrawl.engine.fetcher import Fetcher, FetchResult, Validators
 from stagecrawl.engine.runcache import PARSED_WEIGHT, RunCache
@@ -13,7 +13,7 @@ from stagecrawl.errors import NotFound
 from stagecrawl.pypi.jsonapi import ApiRelease, parse_json_api
 from stagecrawl.pypi.metadata import Declared, parse_core_metadata
 from stagecrawl.pypi.names import normalize
-from stagecrawl.pypi.simple import SIMPLE_JSON, DistFile, SimpleProject, parse_simple_page
+from stagecrawl.pypi.simple import SIMPLE_JSON, DistFile, SimplePage, parse_simple_page
 
 FILES_HOST = "https://files.pythonhosted.org/"  # the files lane's home; chosen by name anyway
 INDEX, API, FILES = "index", "api", "files"
@@ -21,14 +21,6 @@ INDEX, API, FILES = "index", "api", "files"
 
 class MetadataMismatch(ValueError):
     """A core metadata file whose sha256 is not the one the Simple page announced."""
-
-
-@dataclass(frozen=True)
-class SimplePage:
-    project: SimpleProject
-    validators: Validators
-    last_serial: int | None  # X-PyPI-Last-Serial (or the page's meta._last-serial)
-    raw_bytes: int = 0  # the page as served (the run cache weighs it by this)
 
 
 class PyPIClient:
@@ -63,9 +55,10 @@ class PyPIClient:
         )
         if result.not_modified:
             return None
-        project = parse_simple_page(result.content, result.url, name)
-        serial = _serial(result) or project.last_serial
-        return SimplePage(project, result.validators, serial, len(result.content))
+        page = parse_simple_page(result.content, result.url, name)
+        serial = _serial(result) or page.last_serial
+        return replace(page, validators=result.validators, last_serial=serial,
+                       raw_bytes=len(result.content))  # fmt: skip
 
     async def serials(self) -> dict[str, int]:
         """The root Simple listing's `_last-serial` of every project, by PEP 503 name (PEP 691

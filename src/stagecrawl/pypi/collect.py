@@ -15,10 +15,10 @@ from functools import partial
 from typing import Any
 
 from stagecrawl.engine.fanout import all_or_none
-from stagecrawl.pypi.client import MetadataMismatch, PyPIClient, SimplePage
+from stagecrawl.pypi.client import MetadataMismatch, PyPIClient
 from stagecrawl.pypi.jsonapi import ApiRelease
 from stagecrawl.pypi.metadata import Declared
-from stagecrawl.pypi.simple import SimpleRelease
+from stagecrawl.pypi.simple import SimplePage, SimpleRelease
 from stagecrawl.pypi.versions import version_key
 from stagecrawl.storage.db import dumps
 
@@ -46,7 +46,7 @@ class CollectedProject:
 
     @property
     def problems(self) -> list[str]:
-        found = list(self.page.project.problems)
+        found = list(self.page.problems)
         return found + [f"{v.release.version}: {v.problem}" for v in self.versions if v.problem]
 
 
@@ -68,19 +68,16 @@ async def collect_project(
     assert page is not None  # no validators were sent, so no 304
     wanted_keys = None if wanted is None else {version_key(v) for v in wanted}
     chosen = [
-        r
-        for r in page.project.releases
-        if wanted_keys is None or version_key(r.version) in wanted_keys
+        r for r in page.releases if wanted_keys is None or version_key(r.version) in wanted_keys
     ]
     project_api, *facts = await all_or_none(
-        [partial(client.project, page.project.name)]
-        + [partial(_metadata_facts, client, r) for r in chosen]
+        [partial(client.project, page.name)] + [partial(_metadata_facts, client, r) for r in chosen]
     )
     assert project_api is None or isinstance(project_api, ApiRelease)
-    display = project_api.display_name if project_api else page.project.name
+    display = project_api.display_name if project_api else page.name
     versions = [f for f in facts if isinstance(f, VersionFacts)]
     await all_or_none([partial(_api_facts, client, display, f) for f in versions if not f.source])
-    return CollectedProject(page.project.name, display, page, project_api, versions)
+    return CollectedProject(page.name, display, page, project_api, versions)
 
 
 async def _metadata_facts(client: PyPIClient, release: SimpleRelease) -> VersionFacts:
@@ -104,14 +101,14 @@ async def _api_facts(client: PyPIClient, display: str, facts: VersionFacts) -> N
 
 def product_columns(project: CollectedProject) -> dict[str, Any]:
     """A project's own PRODUCT columns (`Registry.product_row` makes the row)."""
-    api, invalid = project.project_api, project.page.project.invalid_versions
+    api, invalid = project.project_api, project.page.invalid_versions
     scm = {"home_page": api.home_page, "project_urls": api.project_urls} if api else None
     return {
         "DESCRIPTION": api.summary if api else None,
         "URL": f"{PROJECT_PAGE}{project.name}/",
         "SCM": dumps(scm),
         "CATEGORIES": dumps(list(api.classifiers)) if api else None,
-        "PROJECT_STATUS": project.page.project.status,
+        "PROJECT_STATUS": project.page.status,
         "LAST_SERIAL": project.page.last_serial,
         "ETAG": project.page.validators.etag,
         "INVALID_VERSIONS": dumps(list(invalid)) if invalid else None,

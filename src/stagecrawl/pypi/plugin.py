@@ -31,7 +31,7 @@ from stagecrawl.kernel.registry import (
     declared_ecosystem,
 )
 from stagecrawl.pypi import tables
-from stagecrawl.pypi.client import API, FILES, FILES_HOST, INDEX, PyPIClient, SimplePage
+from stagecrawl.pypi.client import API, FILES, FILES_HOST, INDEX, PyPIClient
 from stagecrawl.pypi.collect import (
     PROJECT_PAGE,
     CollectedProject,
@@ -45,6 +45,7 @@ from stagecrawl.pypi.licenses import declared_license
 from stagecrawl.pypi.locks import parse_lock
 from stagecrawl.pypi.metadata import NOTHING_DECLARED
 from stagecrawl.pypi.names import name_problem, normalize
+from stagecrawl.pypi.simple import SimplePage
 from stagecrawl.pypi.versions import is_valid, normalised, version_key
 from stagecrawl.sca.matcher import LicenseMatcher
 from stagecrawl.settings import Settings
@@ -140,7 +141,7 @@ class Pypi(Registry[PyPIClient]):
         rows = [
             self.release_row(project, f, context.now, context.licenses) for f in project.versions
         ]
-        releases = project.page.project.releases
+        releases = project.page.releases
         return Collected(
             listed={version_key(r.version): r.yanked for r in releases},
             rows=(rows, self.project_product_row(project, context.now)),
@@ -191,7 +192,7 @@ class Pypi(Registry[PyPIClient]):
 
     def project_product_row(self, project: CollectedProject, now: datetime) -> dict[str, Any]:
         """A collected project's PRODUCT row: every release it lists, its own columns."""
-        pairs = [(r.version, r.yanked) for r in project.page.project.releases]
+        pairs = [(r.version, r.yanked) for r in project.page.releases]
         return self.product_row(project.display_name, pairs, now, **product_columns(project))
 
     # -- refresh: conditional GETs of the Simple pages ------------------------------------
@@ -257,9 +258,9 @@ class Pypi(Registry[PyPIClient]):
 
 
 def _listing(page: SimplePage) -> Listing:
-    releases = page.project.releases
-    return Listing(page.project.name, {r.version: r.yanked for r in releases},
-                   list(page.project.problems), page)  # fmt: skip
+    releases = page.releases
+    return Listing(page.name, {r.version: r.yanked for r in releases},
+                   list(page.problems), page)  # fmt: skip
 
 
 REGISTRY = Pypi()

@@ -14,6 +14,7 @@ from functools import cached_property
 from typing import Any
 from urllib.parse import urljoin
 
+from stagecrawl.engine.fetcher import Validators
 from stagecrawl.errors import UnreadableAnswer
 from stagecrawl.jsoncodec import loads, text
 from stagecrawl.pypi.names import normalize
@@ -103,13 +104,17 @@ class SimpleRelease:
 
 
 @dataclass(frozen=True)
-class SimpleProject:
+class SimplePage:
+    """A project's Simple page as read (and, from the client, as served)."""
+
     name: str  # normalised
-    last_serial: int | None
+    last_serial: int | None  # X-PyPI-Last-Serial, else the page's meta._last-serial
     status: str | None  # PEP 792 project-status
     releases: tuple[SimpleRelease, ...]
     problems: tuple[str, ...] = field(default=())  # files without a version, invalid versions
     invalid_versions: tuple[str, ...] = field(default=())  # not PEP 440: kept, reported
+    validators: Validators = field(default_factory=Validators)  # for the next refresh
+    raw_bytes: int = 0  # the page as served (the run cache weighs it by this)
 
 
 def version_of(project: str, filename: str) -> str | None:
@@ -165,7 +170,7 @@ def _file(entry: Any, page_url: str, project: str) -> DistFile:
     )
 
 
-def parse_simple_page(content: bytes, page_url: str, project: str) -> SimpleProject:
+def parse_simple_page(content: bytes, page_url: str, project: str) -> SimplePage:
     """A PEP 691 JSON project page. Raises SimpleFormatError on HTML, non-JSON or the wrong
     shape. Versions come from PEP 700 `versions` when the page has them (a version may have no
     files), else from the file names; a file whose version cannot be made out is reported in
@@ -206,7 +211,7 @@ def parse_simple_page(content: bytes, page_url: str, project: str) -> SimpleProj
     problems += [f"{v}: not a PEP 440 version (kept)" for v in invalid]
     status = document.get("project-status")
     serial = meta.get("_last-serial")
-    return SimpleProject(
+    return SimplePage(
         name=name,
         last_serial=serial if isinstance(serial, int) else None,
         status=str(status.get("status")) if isinstance(status, dict) else None,
