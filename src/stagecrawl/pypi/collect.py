@@ -32,8 +32,12 @@ class VersionFacts:
     release: SimpleRelease
     metadata: Declared | None = None
     api: ApiRelease | None = None
-    source: str | None = None  # metadata | json-api | None (neither answered)
     problem: str | None = None
+
+    @property
+    def source(self) -> str | None:
+        """Where its dependencies and license came from (None: neither source answered)."""
+        return "metadata" if self.metadata else "json-api" if self.api else None
 
 
 @dataclass
@@ -88,15 +92,11 @@ async def _metadata_facts(client: PyPIClient, release: SimpleRelease) -> Version
             facts.metadata = await client.metadata(offered)
         except MetadataMismatch as exc:
             facts.problem = str(exc)
-        if facts.metadata is not None:
-            facts.source = "metadata"
     return facts
 
 
 async def _api_facts(client: PyPIClient, display: str, facts: VersionFacts) -> None:
     facts.api = await client.release(display, facts.release.version)  # None: not there
-    if facts.api is not None:
-        facts.source = "json-api"
 
 
 def product_columns(project: CollectedProject) -> dict[str, Any]:

@@ -166,10 +166,7 @@ def _kind(requirement: Any, editable: bool) -> str:
 
 
 class _RequirementsReader:
-    """One requirements file and everything it includes, read as pip reads them: `-r` files
-    are more requirements, `-c` files constraints (a constraint pins what a requirement names
-    and leaves unpinned; alone it is not installed, so not a dependency), includes relative to
-    the file that names them, a cycle read once."""
+    """One requirements file and everything it includes (see `parse_requirements`)."""
 
     def __init__(self, lock: LockInput, root: Path | None, file: Path | None) -> None:
         self.lock = lock
@@ -312,11 +309,12 @@ def parse_requirements(
     text: str, where: str, file: Path | None = None, root: Path | None = None
 ) -> LockInput:
     """pip requirements, as pip reads them: `name==version` pins (extras, markers, `--hash`,
-    `--config-settings` allowed; `${VAR}` from the environment), `-r` files read as more
-    requirements and `-c` files as constraints (relative to the file naming them: `file`),
-    option lines (`--index-url`…) accepted. A requirement pinned otherwise is unpinned (it
-    fails the audit); an editable, VCS, URL or path line is named as not audited, the rest of
-    the file read. A line that is not a requirement at all is an error, as for pip."""
+    `--config-settings` allowed; `${VAR}` from the environment), option lines (`--index-url`…)
+    accepted; `-r` files are more requirements, `-c` files constraints (a constraint pins what
+    a requirement names and leaves unpinned; alone it is not installed, so not a dependency),
+    each relative to the file naming it (`file`), a cycle read once. A requirement pinned
+    otherwise is unpinned (it fails the audit); an editable, VCS, URL or path line is named as
+    not audited, the rest of the file read. A line that is no requirement is an error."""
     lock = LockInput(where, REQUIREMENTS)
     reader = _RequirementsReader(lock, root, file)
     chain = () if file is None else (file.resolve(),)

@@ -1,8 +1,5 @@
-"""PyPI on the registry kernel: the Simple API (PEP 691 JSON) is authoritative (which versions
-exist, yanked), PEP 658 core metadata and the JSON API enrich (dependencies, license,
-summary). The kernel seeds, collects, refreshes, locks and audits; this module gives PyPI's
-lanes, its identity rules (PEP 503 names, PEP 440 versions), one project's work and its
-readers."""
+"""PyPI on the registry kernel, which seeds, collects, refreshes, locks and audits: PyPI's lanes,
+identity rules (PEP 503 names, PEP 440 versions), one project's work (collect.py) and readers."""
 
 from __future__ import annotations
 
@@ -258,9 +255,7 @@ class Pypi(Registry[PyPIClient]):
 
 
 def _listing(page: SimplePage) -> Listing:
-    releases = page.releases
-    return Listing(page.name, {r.version: r.yanked for r in releases},
-                   list(page.problems), page)  # fmt: skip
+    return Listing(page.name, {r.version: r.yanked for r in page.releases}, [*page.problems], page)
 
 
 REGISTRY = Pypi()

@@ -18,7 +18,7 @@ from stagecrawl.engine.fetcher import Validators
 from stagecrawl.errors import UnreadableAnswer
 from stagecrawl.jsoncodec import loads, text
 from stagecrawl.pypi.names import normalize
-from stagecrawl.pypi.versions import parse
+from stagecrawl.pypi.versions import parse, version_key
 from stagecrawl.sca.ecosystem import parse_time
 
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
@@ -152,6 +152,7 @@ def _file(entry: Any, page_url: str, project: str) -> DistFile:
     hashes = entry.get("hashes")
     yanked = entry.get("yanked", False)
     meta = entry.get("core-metadata", entry.get("data-dist-info-metadata", False))
+    sha256 = meta.get("sha256") if isinstance(meta, dict) else None
     size = entry.get("size")
     return DistFile(
         filename=entry["filename"],
@@ -164,9 +165,7 @@ def _file(entry: Any, page_url: str, project: str) -> DistFile:
         yanked=bool(yanked),
         yanked_reason=yanked if isinstance(yanked, str) and yanked else None,
         core_metadata=bool(meta),
-        core_metadata_sha256=str(meta["sha256"])
-        if isinstance(meta, dict) and "sha256" in meta
-        else None,
+        core_metadata_sha256=None if sha256 is None else str(sha256),
     )
 
 
@@ -196,17 +195,14 @@ def parse_simple_page(content: bytes, page_url: str, project: str) -> SimplePage
         if f.version is None
     ]
     listed = document.get("versions")
-    spelled: dict[Any, str] = {}
-    if isinstance(listed, list):
-        for version in listed:
-            spelled.setdefault(parse(str(version)) or str(version), str(version))
-    for f in files:
-        if f.version is not None:
-            spelled.setdefault(parse(f.version) or f.version, f.version)
+    named = [str(v) for v in listed] if isinstance(listed, list) else []
+    spelled: dict[Any, str] = {}  # by PEP 440 equality: PEP 700's spelling, else a file's
+    for version in named + [f.version for f in files if f.version is not None]:
+        spelled.setdefault(version_key(version), version)
     by_version: dict[str, list[DistFile]] = {v: [] for v in spelled.values()}
     for f in files:
         if f.version is not None:
-            by_version[spelled[parse(f.version) or f.version]].append(f)
+            by_version[spelled[version_key(f.version)]].append(f)
     invalid = tuple(v for v in by_version if parse(v) is None)
     problems += [f"{v}: not a PEP 440 version (kept)" for v in invalid]
     status = document.get("project-status")
