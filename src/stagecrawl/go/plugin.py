@@ -170,6 +170,8 @@ class Go(Registry[GoClient]):
     language, repository = tables.LANGUAGE, tables.REPOSITORY
     lanes_shown = (PROXY, INDEX, ZIP)
     etag_column = "LIST_ETAG"  # the version list's (@v/list)
+    is_version = staticmethod(is_valid)
+    not_a_version = "not a canonical Go module version (vX.Y.Z)"
     # the run's settings that decide what is read (`configure`)
     private: list[str] = []  # noqa: RUF012 -- a run's, set by `configure`
     zips, zip_max, since = False, 0, ""
@@ -184,12 +186,6 @@ class Go(Registry[GoClient]):
         if match_private(self.private or private_patterns(""), name):
             raise InputError(f"{name} is private (--private, GOPRIVATE): never asked of a proxy")
         return name
-
-    def check_version(self, name: str, version: str) -> str:
-        super().check_version(name, version)
-        if not is_valid(version):
-            raise InputError(f"{name} {version}: not a canonical Go module version (vX.Y.Z)")
-        return version
 
     def lanes(self, s: Settings) -> Lanes:
         g = s.section(GoSettings)

@@ -203,6 +203,10 @@ class Registry(ABC, Generic[C]):
     # Why the registry's origin asks a crawler for a contact in its User-Agent (its crawler
     # policy, in words); None: it does not
     contact_policy: str | None = None
+    # The registry's version syntax, checked where a version enters from an input (a lock
+    # file, a pin: `check_version`), and how a refusal names it; None: any text in the bound
+    is_version: Callable[[str], bool] | None = None
+    not_a_version = "not a version"
     # The PRODUCT column that keeps the ETag of the listing a refresh asks again with a
     # conditional GET (PyPI's Simple page, Go's version list); None: the registry keeps its
     # own refresh state and says its own `refresh_targets` (crates' index state table)
@@ -306,6 +310,8 @@ class Registry(ABC, Generic[C]):
             raise InputError(
                 too_long(f"{self.decl.words.unit} {name[:80]!r}: version", version, bound)
             )
+        if self.is_version is not None and not self.is_version(version):
+            raise InputError(f"{name} {version}: {self.not_a_version}")
         return version
 
     # -- sources ----------------------------------------------------------------------------

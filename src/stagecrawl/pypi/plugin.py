@@ -88,6 +88,7 @@ class Pypi(Registry[PyPIClient]):
     version_matcher = staticmethod(pep440_matcher)
     product_key = staticmethod(normalize)  # PEP 503
     version_key = staticmethod(version_key)  # PEP 440 equality: 3.13 == 3.13.0
+    is_version, not_a_version = staticmethod(is_valid), "not a PEP 440 version"
     contact_policy = (
         "PyPI refuses generic clients and asks crawlers to say how to reach their operator"
     )
@@ -100,12 +101,6 @@ class Pypi(Registry[PyPIClient]):
         if problem:
             raise InputError(problem)
         return name
-
-    def check_version(self, name: str, version: str) -> str:
-        super().check_version(name, version)
-        if not is_valid(version):
-            raise InputError(f"{name} {version}: not a PEP 440 version")
-        return version
 
     # -- sources ----------------------------------------------------------------------------
 
