@@ -70,6 +70,11 @@ def test_file_names_give_versions_as_spelled() -> None:
     assert version_of("poetry-core", "poetry_core-2.1.3.tar.gz") == "2.1.3"
     assert version_of("pyyaml", "PyYAML-3.13.win32-py2.7.exe") == "3.13"
     assert version_of("hbmqtt", "hbmqtt-0.9.6.linux-x86_64.tar.gz") == "0.9.6"  # bdist_dumb
+    assert version_of("a", "a-1.0.macosx-10.9-x86_64.tar.gz") == "1.0"
+    assert version_of("a", "a-2.1.freebsd-13.1-RELEASE-amd64.zip") == "2.1"
+    assert version_of("a", "a-1.0.win-arm64.zip") == "1.0"
+    assert version_of("a", "a-1.0.linuxfoo.tar.gz") == "1.0.linuxfoo"  # no platform: kept
+    assert version_of("a", "a-1.0+cpu.win32.tar.gz") == "1.0+cpu.win32"  # PEP 440's local label
     assert version_of("trackpy", "trackpy-unknown.tar.gz") == "unknown"
     assert version_of("a-b", "a-b-1.0.zip") == "1.0"
     assert version_of("x", "README.txt") is None

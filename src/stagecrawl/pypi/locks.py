@@ -93,9 +93,10 @@ def _name(name: Any, where: str) -> str:
 
 
 def _pin(name: Any, version: Any, where: str, line: int | None = None) -> Pin:
+    key = _name(name, where)
     if not isinstance(version, str) or not version.strip():
-        raise InputError(f"{where}: package {_name(name, where)} has no version")
-    return Pin(_name(name, where), version.strip(), where, line)
+        raise InputError(f"{where}: package {name} has no version")  # as the lock spells it
+    return Pin(key, version.strip(), where, line)
 
 
 # -- requirements files, as pip reads them -------------------------------------------------

@@ -29,9 +29,12 @@ _SUFFIXES = (".whl", ".egg", ".tar.gz", ".zip", ".tar.bz2", ".tgz", ".tar.xz", "
 _ROW_KEYS = ("filename", "size", "upload_time", "requires_python", "yanked", "yanked_reason")
 # PEP 700's upload-time: UTC, its seconds in the first 19 characters
 _UTC_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", re.ASCII)
-# a built distribution's platform (bdist_dumb's `name-1.0.linux-x86_64.tar.gz`, the installers'
-# `name-1.0.win32-py2.7.exe`): no part of the version (PyPI lists `1.0`)
-_PLATFORM_TAIL = re.compile(r"\.(win32|win-amd64|macosx-[^-]+|linux-[^-]+)(-py\d+(\.\d+)?)?$")
+# a built distribution's platform, as distutils' get_platform() names it (bdist_dumb's
+# `name-1.0.linux-x86_64.tar.gz`, `.macosx-10.9-x86_64`, the installers' `.win32-py2.7.exe`):
+# no part of the version (PyPI lists `1.0`); cut only from a version PEP 440 cannot read, so
+# a local label (`1.0+cpu.win32`, where an index allows one) stays whole
+_PLATFORMS = "linux|win|macosx|freebsd|openbsd|netbsd|cygwin|solaris|sunos|aix|darwin"
+_PLATFORM_TAIL = re.compile(rf"\.(?:(?:win32|mingw)(?:[-_]\S*)?|(?:{_PLATFORMS})-\S*)$")
 
 
 class SimpleFormatError(UnreadableAnswer):
@@ -134,7 +137,8 @@ def version_of(project: str, filename: str) -> str | None:
     end = next((i for i in dashes if normalize(stem[:i]) == key), None)
     if end is None:
         return None
-    return _PLATFORM_TAIL.sub("", stem[end + 1 :]) or None
+    version = stem[end + 1 :]
+    return (version if parse(version) else _PLATFORM_TAIL.sub("", version)) or None
 
 
 def _absolute(page_url: str, url: str) -> str:

@@ -113,9 +113,24 @@ def version_from_filename(project: str, filename: str) -> str | None:
     prefix_len = len(project)
     if normalize(stem[:prefix_len]) == project and stem[prefix_len : prefix_len + 1] == "-":
         # a built distribution's platform is no part of its version (PyPI lists `0.9.6` for
-        # bdist_dumb's hbmqtt-0.9.6.linux-x86_64.tar.gz)
-        return re.sub(r"\.(linux-|win32|win-amd64|macosx-).*$", "", stem[prefix_len + 1 :])
+        # bdist_dumb's hbmqtt-0.9.6.linux-x86_64.tar.gz), unless it is PEP 440's (a local
+        # label: `1.0+cpu.win32`)
+        version = stem[prefix_len + 1 :]
+        if _pep440(version):
+            return version
+        platforms = r"linux-|win32|win-|macosx-|freebsd-|openbsd-|netbsd-|cygwin-|mingw"
+        return re.sub(rf"\.({platforms}|solaris-|sunos-|aix-|darwin-).*$", "", version)
     return None
+
+
+def _pep440(text: str) -> bool:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        Version(text)
+    except InvalidVersion:
+        return False
+    return True
 
 
 def _pypi_versions(name: str, page: dict[str, Any]) -> list[str]:
