@@ -166,7 +166,8 @@ class MigrationContext:
     def widen_declared(self, names: RegistryNames, length: int) -> None:
         """Every column of the registry's tables declared `length` long made that wide (a
         raised bound: `names.bounds.name`, `.url`), found in the declaration, not listed
-        again where a migration would drift from it."""
+        again where a migration would drift from it. (`widen` keeps no server default on
+        MySQL: a bound's columns have none.)"""
         kept = (names.list, names.seed, names.version, names.product)
         for table in (*kept, names.vuln_raw, names.vuln_v1, names.vuln_hit):
             for column in self.metadata.tables[table].c:
