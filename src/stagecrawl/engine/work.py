@@ -170,8 +170,7 @@ class WorkLoop(Generic[U, R]):
         self.weigh = weigh
         self.stats = LoopStats()
         self._todo: asyncio.Queue[U | None] = asyncio.Queue()
-        self._results: deque[R] = deque()
-        self._weights: deque[int] = deque()  # each waiting result's, in the same order
+        self._results: deque[tuple[R, int]] = deque()  # waiting for a commit, with its weight
         self._waiting_weight = 0  # of the results waiting for (or in) a commit
         # A result was added (one the lingering committer must see), or the workers are done.
         self._arrived = asyncio.Event()
@@ -368,8 +367,7 @@ class WorkLoop(Generic[U, R]):
                 return
             self._in_worker.pop(number, None)
             weight = self.weigh(result) if self.weigh is not None else 0
-            self._results.append(result)
-            self._weights.append(weight)
+            self._results.append((result, weight))
             self._waiting_weight += weight
             self._uncommitted += 1
             if (
@@ -416,10 +414,8 @@ class WorkLoop(Generic[U, R]):
                             await self._arrived.wait()
                 finally:
                     self._lingering = False
-            results, weights = self._results, self._weights
-            taken = min(size, len(results))
-            batch = [results.popleft() for _ in range(taken)]
-            await self._commit(batch, sum(weights.popleft() for _ in range(taken)))
+            taken = [self._results.popleft() for _ in range(min(size, len(self._results)))]
+            await self._commit([result for result, _ in taken], sum(w for _, w in taken))
 
     def _heavy(self) -> bool:
         """The results waiting for a commit weigh what they may at most."""
