@@ -83,6 +83,5 @@ DECLARATION = RegistryDecl(
     seed_env="STAGECRAWL_SEED_CRATES",
     osv_url=DEFAULT_OSV_URL,
     osv_ecosystem="crates.io",
-    pin_form="NAME@VERSION",
     lock_help="A Cargo.lock (v1–v4); repeatable.",
 )

@@ -54,9 +54,7 @@ DECLARATION = RegistryDecl(
         unit="project",
         units="projects",
         index="the index",
-        problems_key="problems",
-        problems_row="problems (kept, reported)",
-        problems_fail=False,
+        problems_fail=False,  # invalid versions are kept, reported
         name_example="requests",
     ),
     section=PypiSettings,
