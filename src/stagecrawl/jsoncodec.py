@@ -46,8 +46,9 @@ def canonical(value: Any) -> str:
 
 
 def text(value: Any, strip: bool = False) -> str | None:
-    """An answer's optional text field: the string when it holds more than blanks (`strip`:
-    without them), else None (missing, null, "", a number where text belongs)."""
+    """A decoded document's optional text field (an answer's JSON, a lock's TOML): the string
+    when it holds more than blanks (`strip`: without them), else None (missing, null, "", a
+    number where text belongs)."""
     if not isinstance(value, str) or not value.strip():
         return None
     return value.strip() if strip else value

@@ -22,6 +22,7 @@ from typing import Any
 import pip_requirements_parser as pip_req
 from packaging.specifiers import SpecifierSet
 
+from stagecrawl import jsoncodec
 from stagecrawl.errors import InputError
 from stagecrawl.kernel.lockfiles import (
     package_tables,
@@ -338,10 +339,10 @@ def _foreign(
     from_ = f"{kind} {location}" if isinstance(location, str) and location else kind
     if isinstance(commit, str) and commit:
         from_ += f" @ {commit}"
-    version = entry.get("version")
-    version = version if isinstance(version, str) and version.strip() else None
     why = f"from {from_}: {NOT_FROM_INDEX}"
-    return Unaudited(_name(entry.get("name"), where), version, where, why)
+    return Unaudited(
+        _name(entry.get("name"), where), jsoncodec.text(entry.get("version")), where, why
+    )
 
 
 def parse_poetry(document: dict[str, Any], where: str) -> LockInput:
