@@ -116,48 +116,38 @@ def version_from_filename(project: str, filename: str) -> str | None:
         # bdist_dumb's hbmqtt-0.9.6.linux-x86_64.tar.gz), unless it is PEP 440's (a local
         # label: `1.0+cpu.win32`)
         version = stem[prefix_len + 1 :]
-        if _pep440(version):
+        if _pep440(version) is not None:
             return version
         platforms = r"linux-|win32|win-|macosx-|freebsd-|openbsd-|netbsd-|cygwin-|mingw"
         return re.sub(rf"\.({platforms}|solaris-|sunos-|aix-|darwin-).*$", "", version)
     return None
 
 
-def _pep440(text: str) -> bool:
+def _pep440(text: str) -> Any:
+    """The PEP 440 version `text` is (equal when PEP 440 says so: 3.13 == 3.13.0), or None."""
     from packaging.version import InvalidVersion, Version
 
     try:
-        Version(text)
+        return Version(text)
     except InvalidVersion:
-        return False
-    return True
+        return None
 
 
 def _pypi_versions(name: str, page: dict[str, Any]) -> list[str]:
     """The PEP 700 `versions` as PyPI would send them. Poetry's fixture pages list the versions
     as its tests requested them (`3.13.0`, `0.3.0dev1`); PyPI lists each release under the
     version it was uploaded as (`3.13`, `0.3.0.dev1`, the files' spelling), PEP 440-sorted."""
-    from packaging.version import InvalidVersion, Version
-
-    def canonical(text: str) -> Version | str:
-        try:
-            return Version(text)  # equal when PEP 440 says so: 3.13 == 3.13.0
-        except InvalidVersion:
-            return text
-
-    spelled: dict[Version | str, str] = {}
+    spelled: dict[Any, str] = {}
     for f in page.get("files", []):
         version = version_from_filename(name, f["filename"])
         if version:
-            spelled.setdefault(canonical(version), version)
+            spelled.setdefault(_pep440(version) or version, version)
     for listed in page.get("versions") or []:
-        spelled.setdefault(canonical(str(listed)), str(listed))
+        spelled.setdefault(_pep440(str(listed)) or str(listed), str(listed))
 
     def order(text: str) -> tuple[int, Any]:
-        try:
-            return (1, Version(text))
-        except InvalidVersion:
-            return (0, text)
+        parsed = _pep440(text)
+        return (0, text) if parsed is None else (1, parsed)
 
     return sorted(spelled.values(), key=order)
 
