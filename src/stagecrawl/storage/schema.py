@@ -168,8 +168,8 @@ class MigrationContext:
         raised bound: `names.bounds.name`, `.url`), found in the declaration, not listed
         again where a migration would drift from it. (`widen` keeps no server default on
         MySQL: a bound's columns have none.)"""
-        kept = (names.list, names.seed, names.version, names.product)
-        for table in (*kept, names.vuln_raw, names.vuln_v1, names.vuln_hit):
+        n = names
+        for table in (n.list, n.seed, n.version, n.product, n.vuln_raw, n.vuln_v1, n.vuln_hit):
             for column in self.metadata.tables[table].c:
                 if isinstance(column.type, String) and column.type.length == length:
                     self.widen(table, column.name)
