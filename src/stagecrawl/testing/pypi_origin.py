@@ -36,6 +36,7 @@ import asyncio
 import contextlib
 import copy
 import fnmatch
+import functools
 import hashlib
 import html
 import json
@@ -104,6 +105,9 @@ class Project:
         ]
 
 
+# Every route asks it of each file of a project (`files_of`): read once per name, as the
+# crawler's own reader is (a PEP 440 parse a file a request made the origin the bench's bottleneck)
+@functools.lru_cache(maxsize=65536)
 def version_from_filename(project: str, filename: str) -> str | None:
     """The version part of a wheel or sdist name (the origin's own reading, for its routes)."""
     stem = re.sub(r"\.(whl|tar\.gz|zip|tar\.bz2|egg|exe|tgz)$", "", filename)
